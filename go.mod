@@ -1,0 +1,3 @@
+module agentkit
+
+go 1.26
