@@ -1,0 +1,38 @@
+// Package testenv holds the rules agentkit's tests share for reaching real
+// servers: where to find them (environment variables with local defaults) and
+// what to do when one is missing (skip with a how-to on a laptop, fail in CI).
+package testenv
+
+import (
+	"os"
+	"testing"
+)
+
+// InCI reports whether the CI environment variable is set to anything but
+// "" or "false". In CI a missing server fails the run, so a green run always
+// means every driver met its real server.
+func InCI() bool {
+	v := os.Getenv("CI")
+	return v != "" && v != "false" && v != "0"
+}
+
+// Getenv returns the environment variable key, or def when it is unset or
+// empty.
+func Getenv(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
+}
+
+// Unavailable reports a server the test cannot reach. In CI it fails the
+// test; elsewhere it skips it, saying how to provide the server. what names
+// the server ("PostgreSQL at 127.0.0.1:5432"); howto says how to start it or
+// which variable to set.
+func Unavailable(t testing.TB, what, howto string, err error) {
+	t.Helper()
+	if InCI() {
+		t.Fatalf("%s is not reachable (%v); CI requires it. %s", what, err, howto)
+	}
+	t.Skipf("%s is not reachable (%v); skipping. %s", what, err, howto)
+}
