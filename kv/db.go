@@ -52,6 +52,7 @@ type Error struct {
 	Err    error
 }
 
+// Error formats the error as "driver: op \"key\": cause".
 func (e *Error) Error() string {
 	return fmt.Sprintf("%s: %s %q: %v", e.Driver, e.Op, e.Key, e.Err)
 }

@@ -1,0 +1,16 @@
+// Command agentkit serves agents with durable state, runs them once, and
+// looks into their stores. Run "agentkit help" for the commands.
+package main
+
+import (
+	"os"
+
+	"agentkit/internal/cli"
+
+	// The drivers the command can open by URL.
+	_ "agentkit/kv/memkv"
+)
+
+func main() {
+	os.Exit(cli.Main(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+}
