@@ -62,6 +62,9 @@ func Discover(backend any) Capabilities {
 	if backend == nil {
 		return Capabilities{}
 	}
+	if d, ok := backend.(*DB); ok && d == nil {
+		return Capabilities{}
+	}
 	switch f := backend.(type) {
 	case Funcs:
 		return f.Capabilities()

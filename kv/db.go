@@ -88,7 +88,10 @@ var (
 // backend has no Put or a partial CAS group, naming what is missing. A *DB
 // passed as backend is returned as it is.
 func New(name string, backend any) (*DB, error) {
-	if d, ok := backend.(*DB); ok && d != nil {
+	if d, ok := backend.(*DB); ok {
+		if d == nil {
+			return nil, fmt.Errorf("%s: the backend is a nil *kv.DB", name)
+		}
 		return d, nil
 	}
 	if name == "" {
