@@ -28,4 +28,12 @@ type Harness struct {
 	// zero when values of at least 1 MiB round-trip. Past a limit the
 	// driver must return kv.ErrTooLarge.
 	MaxValueSize int
+	// ManyKeys is how many keys the large listing check writes and lists.
+	// Zero means DefaultManyKeys (10,000); a driver for a slow server may
+	// set a smaller number, and should say why.
+	ManyKeys int
 }
+
+// DefaultManyKeys is the number of keys the large listing check uses when
+// Harness.ManyKeys is zero.
+const DefaultManyKeys = 10000

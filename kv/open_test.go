@@ -1,0 +1,188 @@
+package kv_test
+
+import (
+	"context"
+	"errors"
+	"net/url"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"agentkit/kv"
+	"agentkit/kv/memkv"
+)
+
+// opened records the URLs the test drivers below were asked to open.
+var (
+	openedMu sync.Mutex
+	opened   []*url.URL
+)
+
+func recordOpen(_ context.Context, u *url.URL) (*kv.DB, error) {
+	openedMu.Lock()
+	opened = append(opened, u)
+	openedMu.Unlock()
+	return memkv.New(), nil
+}
+
+func lastOpened(t *testing.T) *url.URL {
+	t.Helper()
+	openedMu.Lock()
+	defer openedMu.Unlock()
+	if len(opened) == 0 {
+		t.Fatal("no driver was opened")
+	}
+	return opened[len(opened)-1]
+}
+
+var registerOnce sync.Once
+
+// registerTestDrivers registers "file" (this test binary links no file
+// driver) and two schemes of its own.
+func registerTestDrivers() {
+	registerOnce.Do(func() {
+		kv.Register("file", recordOpen)
+		kv.Register("kvtest-rec", recordOpen)
+		kv.Register("KVTEST-FAIL", func(_ context.Context, u *url.URL) (*kv.DB, error) {
+			return nil, errors.New("connection refused")
+		})
+	})
+}
+
+func TestOpenUnknownSchemeListsSchemes(t *testing.T) {
+	registerTestDrivers()
+	_, err := kv.Open(context.Background(), "nosuch://user:hunter2@host/db")
+	if err == nil {
+		t.Fatal("Open of an unregistered scheme succeeded")
+	}
+	msg := err.Error()
+	for _, want := range []string{`"nosuch"`, "mem", "kvtest-rec", "import the driver package"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("error %q does not mention %q", msg, want)
+		}
+	}
+	if strings.Contains(msg, "hunter2") {
+		t.Errorf("error %q contains the password", msg)
+	}
+}
+
+func TestOpenEmptyURL(t *testing.T) {
+	_, err := kv.Open(context.Background(), "")
+	if err == nil || !strings.Contains(err.Error(), "mem") {
+		t.Errorf("Open(\"\") = %v, want an error listing the schemes", err)
+	}
+}
+
+func TestOpenBarePathIsFile(t *testing.T) {
+	registerTestDrivers()
+	for _, path := range []string{"/var/lib/agentkit/kv", "./state", "../state", "~/state", "state/kv", "state", `C\:weird`} {
+		db, err := kv.Open(context.Background(), path)
+		if err != nil {
+			t.Errorf("Open(%q): %v", path, err)
+			continue
+		}
+		_ = db.Close()
+		u := lastOpened(t)
+		if u.Scheme != "file" || u.Path != path {
+			t.Errorf("Open(%q) opened scheme %q path %q, want the file driver with the path as given", path, u.Scheme, u.Path)
+		}
+	}
+	db, err := kv.Open(context.Background(), "file:/srv/kv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = db.Close()
+	if u := lastOpened(t); u.Scheme != "file" || u.Opaque+u.Path != "/srv/kv" {
+		t.Errorf("Open(file:/srv/kv) opened %q", u)
+	}
+}
+
+func TestOpenSchemeIsCaseInsensitive(t *testing.T) {
+	registerTestDrivers()
+	db, err := kv.Open(context.Background(), "KVTEST-REC://host/x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = db.Close()
+	if u := lastOpened(t); u.Host != "host" {
+		t.Errorf("opened %q, want host \"host\"", u)
+	}
+	// Registered in upper case, found in lower case.
+	if _, err := kv.Open(context.Background(), "kvtest-fail://x"); err == nil || !strings.Contains(err.Error(), "connection refused") {
+		t.Errorf("Open(kvtest-fail://x) = %v, want the driver's error", err)
+	}
+}
+
+func TestOpenRedactsCredentials(t *testing.T) {
+	registerTestDrivers()
+	for _, raw := range []string{
+		"kvtest-fail://alice:hunter2@db.example:5432/app?table=kv",
+		"kvtest-fail://alice:hunter2@db.example/app",
+	} {
+		_, err := kv.Open(context.Background(), raw)
+		if err == nil {
+			t.Fatalf("Open(%q) succeeded", raw)
+		}
+		msg := err.Error()
+		if strings.Contains(msg, "hunter2") {
+			t.Errorf("Open error %q contains the password", msg)
+		}
+		if !strings.Contains(msg, "alice") || !strings.Contains(msg, "connection refused") {
+			t.Errorf("Open error %q should name the (redacted) URL and the driver's error", msg)
+		}
+	}
+	// A URL that does not parse: the parser's message would quote it.
+	_, err := kv.Open(context.Background(), "postgres://alice:hun%zzter2@host/db")
+	if err == nil {
+		t.Fatal("Open of a malformed URL succeeded")
+	}
+	if msg := err.Error(); strings.Contains(msg, "hun") || !strings.Contains(msg, "postgres") {
+		t.Errorf("parse error %q: want the scheme named and no part of the password", msg)
+	}
+}
+
+func TestRegisterPanics(t *testing.T) {
+	registerTestDrivers()
+	cases := []struct {
+		name   string
+		scheme string
+		open   kv.Opener
+		want   string
+	}{
+		{"duplicate", "mem", recordOpen, "twice"},
+		{"duplicate in another case", "MEM", recordOpen, "twice"},
+		{"empty scheme", "", recordOpen, "scheme"},
+		{"nil opener", "kvtest-nil", nil, "opener"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			defer func() {
+				r := recover()
+				if r == nil {
+					t.Fatalf("Register(%q) did not panic", c.scheme)
+				}
+				if msg := r.(string); !strings.Contains(msg, c.want) {
+					t.Errorf("panic %q does not say %q", msg, c.want)
+				}
+			}()
+			kv.Register(c.scheme, c.open)
+		})
+	}
+	if slices.Contains(kv.Schemes(), "kvtest-nil") {
+		t.Error("a failed Register left its scheme registered")
+	}
+}
+
+func TestSchemesSorted(t *testing.T) {
+	registerTestDrivers()
+	s := kv.Schemes()
+	if !slices.IsSorted(s) {
+		t.Errorf("Schemes() = %q, not sorted", s)
+	}
+	for _, want := range []string{"mem", "file", "kvtest-rec", "kvtest-fail"} {
+		if !slices.Contains(s, want) {
+			t.Errorf("Schemes() = %q, missing %q", s, want)
+		}
+	}
+}
