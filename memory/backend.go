@@ -15,7 +15,7 @@
 // KV. Every user who can message the agent can put text into the journal,
 // and one user's messages can surface in another user's session, which is
 // why the model is told to treat records as untrusted history and why memory
-// can be switched off (Options.Enabled).
+// can be switched off (Options.Off).
 package memory
 
 import "context"

@@ -13,14 +13,13 @@ import (
 // AppendTimeout bounds one AppendTurn or PrepareSession call made by a Hook.
 const AppendTimeout = 10 * time.Second
 
-// Options configures a Hook. Use DefaultOptions (or pass nil to NewHook)
-// for the defaults: the zero Options has Enabled false, which turns memory
-// off.
+// Options configures a Hook. The zero Options (and nil) mean the defaults:
+// memory on, the default cut, the default journal.
 type Options struct {
-	// Enabled turns the hook on. agentkit init scaffolds it on; the
-	// config key `memory: false` in agentkit.yaml maps to false. Turning
-	// memory off stops new records and leaves existing ones.
-	Enabled bool
+	// Off turns the hook off: the one switch. The config key
+	// `memory: false` in agentkit.yaml sets it. Turning memory off stops
+	// new records and leaves existing ones.
+	Off bool
 	// MaxTextLength cuts userMessage, result and title to this many
 	// characters (runes). 0 means DefaultMaxTextLength; negative values
 	// are an error.
@@ -39,7 +38,7 @@ type Options struct {
 // DefaultOptions returns the options of a new project: memory on, cut at
 // DefaultMaxTextLength, the default journal.
 func DefaultOptions() Options {
-	return Options{Enabled: true, MaxTextLength: DefaultMaxTextLength}
+	return Options{MaxTextLength: DefaultMaxTextLength}
 }
 
 // Stats counts what a Hook has done since it was made.
@@ -85,7 +84,7 @@ func NewHook(info Info, opts *Options) (*Hook, error) {
 	}
 	h := &Hook{
 		info:    info,
-		enabled: opts.Enabled,
+		enabled: !opts.Off,
 		maxText: opts.MaxTextLength,
 		backend: opts.Backend,
 		log:     opts.Logger,

@@ -110,7 +110,7 @@ func TestHookCustomBackend(t *testing.T) {
 	root := t.TempDir()
 	b := &recordingBackend{}
 	info := Info{StateRoot: root, AgentName: "support"}
-	h, err := NewHook(info, &Options{Enabled: true, MaxTextLength: 5, Backend: b})
+	h, err := NewHook(info, &Options{MaxTextLength: 5, Backend: b})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,7 +144,7 @@ func TestHookDisabled(t *testing.T) {
 	b := &recordingBackend{}
 	for name, h := range map[string]*Hook{
 		"zero options": must(NewHook(Info{StateRoot: root}, &Options{Backend: b})),
-		"no backend":   must(NewHook(Info{StateRoot: root}, &Options{Enabled: false})),
+		"no backend":   must(NewHook(Info{StateRoot: root}, &Options{Off: true})),
 		"nil hook":     nil,
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -176,7 +176,7 @@ func must(h *Hook, err error) *Hook {
 func TestHookFailuresAreLoggedNotReturned(t *testing.T) {
 	logger, logs := newLogger()
 	b := &recordingBackend{err: errors.New("disk on fire")}
-	h, err := NewHook(Info{}, &Options{Enabled: true, Backend: b, Logger: logger})
+	h, err := NewHook(Info{}, &Options{Backend: b, Logger: logger})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -207,7 +207,7 @@ func TestHookFailuresAreLoggedNotReturned(t *testing.T) {
 // canceled is still recorded, with a live context.
 func TestHookRecordsCanceledTurn(t *testing.T) {
 	b := &recordingBackend{}
-	h, err := NewHook(Info{}, &Options{Enabled: true, Backend: b})
+	h, err := NewHook(Info{}, &Options{Backend: b})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -223,10 +223,10 @@ func TestNewHookErrors(t *testing.T) {
 	if _, err := NewHook(Info{}, nil); err == nil || !strings.Contains(err.Error(), "StateRoot") {
 		t.Errorf("default journal without a state root: err = %v, want one naming StateRoot", err)
 	}
-	if _, err := NewHook(Info{StateRoot: t.TempDir()}, &Options{Enabled: true, MaxTextLength: -1}); err == nil || !strings.Contains(err.Error(), "MaxTextLength") {
+	if _, err := NewHook(Info{StateRoot: t.TempDir()}, &Options{MaxTextLength: -1}); err == nil || !strings.Contains(err.Error(), "MaxTextLength") {
 		t.Errorf("negative MaxTextLength: err = %v", err)
 	}
-	h, err := NewHook(Info{StateRoot: t.TempDir()}, &Options{Enabled: true})
+	h, err := NewHook(Info{StateRoot: t.TempDir()}, &Options{})
 	if err != nil || h.maxText != DefaultMaxTextLength {
 		t.Errorf("MaxTextLength 0: %v, cut %d, want the default", err, h.maxText)
 	}
