@@ -143,9 +143,9 @@ func TestHookDisabled(t *testing.T) {
 	root := t.TempDir()
 	b := &recordingBackend{}
 	for name, h := range map[string]*Hook{
-		"zero options": must(NewHook(Info{StateRoot: root}, &Options{Backend: b})),
-		"no backend":   must(NewHook(Info{StateRoot: root}, &Options{Off: true})),
-		"nil hook":     nil,
+		"off with a backend": must(NewHook(Info{StateRoot: root}, &Options{Off: true, Backend: b})),
+		"off":                must(NewHook(Info{StateRoot: root}, &Options{Off: true})),
+		"nil hook":           nil,
 	} {
 		t.Run(name, func(t *testing.T) {
 			h.PrepareSession(context.Background(), "s")
@@ -257,5 +257,16 @@ func TestHookConcurrentSessions(t *testing.T) {
 	checkSessions(t, recs, want)
 	if s := h.Stats(); s != (Stats{Appended: 400}) {
 		t.Errorf("Stats = %+v", s)
+	}
+}
+
+func TestZeroOptionsMeanMemoryOn(t *testing.T) {
+	h, err := NewHook(Info{StateRoot: t.TempDir()}, &Options{MaxTextLength: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	if !h.Enabled() {
+		t.Fatal("Options with only MaxTextLength set turned memory off; only Off may")
 	}
 }
