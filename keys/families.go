@@ -3,7 +3,9 @@ package keys
 import (
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -18,6 +20,7 @@ const SeqDigits = 20
 // The fixed parts of the key families, after "agentkit/v1/{agent}/".
 const (
 	sessionsDir      = "sessions/"
+	sessionIndexDir  = "session-index/"
 	metaName         = "meta"
 	eventsDir        = "events/"
 	continuationsDir = "continuations/"
@@ -179,6 +182,44 @@ func (s Scope) EventsPrefix(sessionID string) (string, error) {
 // number zero-padded to SeqDigits digits.
 func (s Scope) EventBatch(sessionID string, batch uint64) (string, error) {
 	return s.join(sessionsDir, "/"+eventsDir+Seq(batch), part("session id", sessionID))
+}
+
+// SessionIndexPrefix returns "agentkit/v1/{agent}/session-index/": the
+// newest-first index of sessions that restore reads, so start-up cost grows
+// with the restore caps and not with the number of sessions and events in
+// the store. This family extends 02-keys.md.
+func (s Scope) SessionIndexPrefix() string { return s.base() + sessionIndexDir }
+
+// SessionIndex returns
+// "agentkit/v1/{agent}/session-index/{inv}/{sessionId}" for a session last
+// updated at updated, where {inv} is math.MaxInt64 minus updated's Unix
+// nanoseconds, zero-padded to SeqDigits digits: ascending key order is
+// newest first. Times before 1970 are not supported.
+func (s Scope) SessionIndex(updated time.Time, sessionID string) (string, error) {
+	ns := updated.UnixNano()
+	if ns < 0 {
+		return "", fmt.Errorf("keys: session index time %s is before 1970", updated.UTC().Format(time.RFC3339))
+	}
+	return s.join(sessionIndexDir+Seq(uint64(math.MaxInt64-ns))+"/", "", part("session id", sessionID))
+}
+
+// ParseSessionIndex returns the update time and the still-encoded session
+// id of a key made by SessionIndex under prefix (SessionIndexPrefix). ok is
+// false for any other key.
+func ParseSessionIndex(prefix, key string) (updated time.Time, sessionSegment string, ok bool) {
+	rest, ok := strings.CutPrefix(key, prefix)
+	if !ok {
+		return time.Time{}, "", false
+	}
+	inv, seg, ok := strings.Cut(rest, "/")
+	if !ok || seg == "" || strings.Contains(seg, "/") {
+		return time.Time{}, "", false
+	}
+	n, err := ParseSeq(inv)
+	if err != nil || n > math.MaxInt64 {
+		return time.Time{}, "", false
+	}
+	return time.Unix(0, math.MaxInt64-int64(n)).UTC(), seg, true
 }
 
 // ContinuationsPrefix returns "agentkit/v1/{agent}/continuations/".

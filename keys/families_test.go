@@ -355,3 +355,49 @@ func TestFamilyString(t *testing.T) {
 		t.Errorf("Family.String: %q, %q", FamilyEventBatch, Family(99))
 	}
 }
+
+func TestSessionIndexSortsNewestFirstAndParsesBack(t *testing.T) {
+	s, err := Agent("support")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Date(2026, 11, 30, 1, 2, 3, 4, time.UTC)
+	older, err := s.SessionIndex(t0, "a/b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	newer, err := s.SessionIndex(t0.Add(time.Nanosecond), "z")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(older, s.SessionIndexPrefix()) || !(newer < older) {
+		t.Fatalf("index keys %q (newer) and %q (older): want both under %q with the newer sorting first", newer, older, s.SessionIndexPrefix())
+	}
+	at, seg, ok := ParseSessionIndex(s.SessionIndexPrefix(), older)
+	if !ok || !at.Equal(t0) || seg != "a%2Fb" {
+		t.Fatalf("ParseSessionIndex(%q) = %v, %q, %v; want %v, a%%2Fb, true", older, at, seg, ok, t0)
+	}
+	for _, bad := range []string{s.SessionIndexPrefix() + "123/x", s.SessionIndexPrefix() + Seq(1), "agentkit/v1/other/session-index/" + Seq(1) + "/x"} {
+		if _, _, ok := ParseSessionIndex(s.SessionIndexPrefix(), bad); ok {
+			t.Errorf("ParseSessionIndex accepted %q", bad)
+		}
+	}
+	if _, err := s.SessionIndex(time.Unix(-1, 0), "x"); err == nil {
+		t.Error("SessionIndex accepted a time before 1970")
+	}
+}
+
+func TestRedactHidesContinuationTokensOnly(t *testing.T) {
+	s, err := Agent("a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, _ := s.Continuation("s3cr3t-token")
+	if got := Redact(tok); strings.Contains(got, "s3cr3t") || got != s.ContinuationsPrefix()+Redacted {
+		t.Errorf("Redact(%q) = %q; want the token replaced by %s", tok, got, Redacted)
+	}
+	meta, _ := s.SessionMeta("s3cr3t-session")
+	if got := Redact(meta); got != meta {
+		t.Errorf("Redact changed a session key: %q -> %q", meta, got)
+	}
+}

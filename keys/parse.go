@@ -155,3 +155,17 @@ func validSegment(seg string) bool {
 	_, err := Unsegment(seg)
 	return err == nil
 }
+
+// Redacted replaces a continuation token in keys returned by Redact.
+const Redacted = "REDACTED"
+
+// Redact returns key with a continuation token replaced by Redacted, for
+// logs and errors: a token is a bearer credential for its session. Keys of
+// other families are returned unchanged.
+func Redact(key string) string {
+	k, err := Parse(key)
+	if err != nil || k.Family != FamilyContinuation {
+		return key
+	}
+	return strings.TrimSuffix(key, k.ID) + Redacted
+}

@@ -164,3 +164,18 @@ func TestCheckCoordination(t *testing.T) {
 		t.Errorf("override without CAS: %v", err)
 	}
 }
+
+func TestMirrorDropLogHidesContinuationTokens(t *testing.T) {
+	be := newBackend()
+	var logs logBuffer
+	b := define(t, storage.Config{Backend: be.Core(), Logger: logs.Logger()})
+	be.FailPut(errors.New("connection refused"))
+	b.Mirror(context.Background(), "agentkit/v1/a/continuations/tok-s3cr3t", []byte("s"))
+	if b.DroppedMirrorWrites() != 1 {
+		t.Fatalf("dropped %d writes, want 1", b.DroppedMirrorWrites())
+	}
+	out := logs.String()
+	if strings.Contains(out, "s3cr3t") || !strings.Contains(out, "continuations/REDACTED") {
+		t.Errorf("the drop log must name the key with the token redacted; got %s", out)
+	}
+}

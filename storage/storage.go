@@ -310,9 +310,10 @@ func (b *Binding) Mirror(ctx context.Context, key string, value []byte) {
 // drop logs and counts a dropped mirror write.
 func (b *Binding) drop(ctx context.Context, key string, err error) {
 	n := b.dropped.Add(1)
+	shown := keys.Redact(key)
 	b.log.LogAttrs(ctx, slog.LevelWarn, "storage: mirror write dropped",
-		slog.String("store", b.name), slog.String("key", key),
-		slog.String("err", err.Error()), slog.Uint64("dropped_total", n))
+		slog.String("store", b.name), slog.String("key", shown),
+		slog.String("err", strings.ReplaceAll(err.Error(), key, shown)), slog.Uint64("dropped_total", n))
 }
 
 // DroppedMirrorWrites returns how many mirror writes (Mirror and
