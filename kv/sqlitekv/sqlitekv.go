@@ -1,0 +1,648 @@
+// Package sqlitekv is the SQLite driver for package kv: the whole store in
+// one database file, shared safely by several processes on one host. It is
+// agentkit's default store (under --state-root/kv). It uses
+// modernc.org/sqlite, a pure-Go SQLite, so it needs no C toolchain.
+//
+// It registers the "sqlite" scheme:
+//
+//	kv.Open(ctx, "sqlite:/var/lib/agentkit/kv/kv.db")
+//	kv.Open(ctx, "sqlite:state/kv.db")                   // relative to the working folder
+//	kv.Open(ctx, "sqlite:///var/lib/agentkit/kv/kv.db")  // the three-slash form
+//	kv.Open(ctx, "sqlite:/var/lib/agentkit/kv/")         // a folder: kv.db inside it
+//	kv.Open(ctx, "sqlite:kv.db?synchronous=normal&busy_timeout=10s")
+//
+// or call Open with Options.
+//
+// # Schema
+//
+// One table holds the data, kv(key TEXT PRIMARY KEY, value BLOB, version
+// INTEGER), and a one-row table kv_meta holds the layout format and the last
+// version issued. Every write sets its row's version to the next number and
+// two triggers record it in kv_meta within the same statement, so versions
+// never repeat in a database, across processes and after a delete and
+// re-create. The database runs in WAL mode.
+//
+// # Writes and conditional writes
+//
+// Each write is a single statement, which SQLite runs as its own
+// transaction: it takes the write lock when it starts (waiting up to the
+// busy timeout for another process's write) and commits when it ends, so a
+// conditional write is atomic across every process using the file.
+// PutIfVersion is an UPDATE … WHERE key = ? AND version = ?, and
+// PutIfAbsent an INSERT … ON CONFLICT DO NOTHING; no row changed means
+// kv.ErrConflict. With synchronous=FULL (the default) a write that returned
+// is on disk; synchronous=NORMAL is faster and survives a crash of the
+// process but can lose the last writes in a power cut or OS crash.
+//
+// # Reads and listings
+//
+// Reads use their own connections and, in WAL mode, never wait for writers
+// (another process's included). List reads by key range (key >= prefix AND
+// key < the prefix's successor, never LIKE, which ignores ASCII case) in
+// pages of at most 500 rows, each page a short read transaction resuming
+// after the last key, so a long listing does not pin the WAL. Every key that
+// exists throughout a listing is returned, once, in bytewise order.
+package sqlitekv
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"iter"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
+
+	"agentkit/kv"
+)
+
+func init() {
+	kv.Register("sqlite", openURL)
+}
+
+// Synchronous is SQLite's synchronous setting for the store's writes.
+type Synchronous string
+
+const (
+	// SyncFull makes every returned write durable: it is fsynced to the
+	// WAL before the write returns. The default.
+	SyncFull Synchronous = "full"
+	// SyncNormal fsyncs only at checkpoints. A returned write survives a
+	// crash of the process but may be lost (never corrupted) in a power
+	// cut or an OS crash.
+	SyncNormal Synchronous = "normal"
+)
+
+// DefaultBusyTimeout is how long a write waits for another connection's
+// write lock before failing, unless Options.BusyTimeout says otherwise.
+const DefaultBusyTimeout = 5 * time.Second
+
+// Options configure Open. A nil *Options means the defaults.
+type Options struct {
+	// Synchronous is SyncFull (the default when empty) or SyncNormal.
+	Synchronous Synchronous
+	// BusyTimeout is how long a statement waits for a lock another
+	// connection or process holds before failing with "database is
+	// locked". Zero means DefaultBusyTimeout.
+	BusyTimeout time.Duration
+}
+
+// dbFileName is the file made inside a folder named as the path.
+const dbFileName = "kv.db"
+
+// Open opens (creating it, and its folder, if needed) the database at path
+// and returns the store. A path naming an existing folder, or ending in a
+// slash, means the file kv.db inside it. nil opts means the defaults.
+func Open(ctx context.Context, path string, opts *Options) (*kv.DB, error) {
+	s, err := open(ctx, path, opts)
+	if err != nil {
+		return nil, err
+	}
+	return kv.New("sqlite", s)
+}
+
+// openURL opens sqlite:PATH, sqlite:///PATH with options in the query.
+func openURL(ctx context.Context, u *url.URL) (*kv.DB, error) {
+	var path string
+	switch {
+	case u.Opaque != "":
+		p, err := url.PathUnescape(u.Opaque)
+		if err != nil {
+			return nil, fmt.Errorf("sqlitekv: the path in the URL does not unescape: %w", err)
+		}
+		path = p
+	case u.Host != "" && u.Host != "localhost":
+		return nil, fmt.Errorf("sqlitekv: a sqlite URL names a local file, but this one names the host %q; write sqlite:/path/to/kv.db, sqlite:relative/kv.db or sqlite:///path/to/kv.db", u.Host)
+	default:
+		path = u.Path
+	}
+	opts, err := parseOptions(u.Query())
+	if err != nil {
+		return nil, err
+	}
+	return Open(ctx, path, opts)
+}
+
+// parseOptions reads synchronous= and busy_timeout= from a URL query.
+func parseOptions(q url.Values) (*Options, error) {
+	opts := &Options{}
+	for name, vals := range q {
+		v := vals[len(vals)-1]
+		switch name {
+		case "synchronous":
+			opts.Synchronous = Synchronous(strings.ToLower(v))
+		case "busy_timeout":
+			d, err := time.ParseDuration(v)
+			if err != nil {
+				ms, err2 := strconv.Atoi(v)
+				if err2 != nil {
+					return nil, fmt.Errorf("sqlitekv: busy_timeout=%q is not a duration; write it as 5s or 500ms (a bare number is milliseconds)", v)
+				}
+				d = time.Duration(ms) * time.Millisecond
+			}
+			if d <= 0 {
+				return nil, fmt.Errorf("sqlitekv: busy_timeout=%q must be positive", v)
+			}
+			opts.BusyTimeout = d
+		default:
+			return nil, fmt.Errorf("sqlitekv: unknown option %q in the URL; the options are synchronous=full|normal and busy_timeout=DURATION", name)
+		}
+	}
+	return opts, nil
+}
+
+// store is the backend: a writer pool of one connection (SQLite has one
+// writer at a time anyway; one connection keeps this process's writes
+// queued in Go instead of spinning on SQLITE_BUSY) and a reader pool.
+type store struct {
+	path        string
+	busyTimeout time.Duration
+	w, r        *sql.DB
+
+	put, putAbsent, putVersion, del *sql.Stmt // on w
+	get                             *sql.Stmt // on r
+
+	// pageRows and keyPageRows are the page sizes of List and ListKeys
+	// (listPage and listKeysPage; tests make them small).
+	pageRows, keyPageRows int
+
+	closed atomic.Bool // set by Close, for the errors of operations it cut short
+}
+
+var (
+	_ kv.Store = (*store)(nil)
+	_ kv.CAS   = (*store)(nil)
+)
+
+const (
+	formatVersion = 1
+	// listPage is the most rows one listing query reads; listPageBytes
+	// stops a page early once its values pass that many bytes.
+	listPage      = 500
+	listPageBytes = 4 << 20
+	listKeysPage  = 1000
+	maxReaders    = 4
+)
+
+func open(ctx context.Context, path string, opts *Options) (*store, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if opts == nil {
+		opts = &Options{}
+	}
+	syncMode := strings.ToUpper(string(opts.Synchronous))
+	switch syncMode {
+	case "":
+		syncMode = "FULL"
+	case "FULL", "NORMAL":
+	default:
+		return nil, fmt.Errorf("sqlitekv: synchronous=%q is not supported; use full (every returned write is on disk, the default) or normal (survives a process crash, may lose the last writes in a power cut)", opts.Synchronous)
+	}
+	busy := opts.BusyTimeout
+	if busy == 0 {
+		busy = DefaultBusyTimeout
+	}
+	if busy < 0 {
+		return nil, fmt.Errorf("sqlitekv: the busy timeout %v is negative", busy)
+	}
+	abs, err := dbPath(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(filepath.Dir(abs), 0o700); err != nil {
+		return nil, fmt.Errorf("sqlitekv: create the database's folder: %w", err)
+	}
+
+	base := "file:" + escapePath(abs) + "?_busy_timeout=" + strconv.FormatInt(busy.Milliseconds(), 10)
+	s := &store{path: abs, busyTimeout: busy, pageRows: listPage, keyPageRows: listKeysPage}
+	if s.w, err = sql.Open("sqlite", base+"&_synchronous="+syncMode+"&_txlock=immediate"); err != nil {
+		return nil, s.closeAfter(fmt.Errorf("sqlitekv: %w", err))
+	}
+	s.w.SetMaxOpenConns(1)
+	s.w.SetMaxIdleConns(1)
+	s.w.SetConnMaxLifetime(0)
+	s.w.SetConnMaxIdleTime(0)
+	if err := s.initSchema(ctx); err != nil {
+		return nil, s.closeAfter(err)
+	}
+	if s.r, err = sql.Open("sqlite", base+"&_query_only=1"); err != nil {
+		return nil, s.closeAfter(fmt.Errorf("sqlitekv: %w", err))
+	}
+	s.r.SetMaxOpenConns(maxReaders)
+	s.r.SetMaxIdleConns(maxReaders)
+	if err := s.prepare(ctx); err != nil {
+		return nil, s.closeAfter(err)
+	}
+	return s, nil
+}
+
+// dbPath resolves path to the database file's absolute path.
+func dbPath(path string) (string, error) {
+	if path == "" {
+		return "", errors.New("sqlitekv: no database path given; name a file, as in sqlite:/var/lib/agentkit/kv/kv.db")
+	}
+	if path == "~" || strings.HasPrefix(path, "~/") {
+		home, err := os.UserHomeDir()
+		if err != nil {
+			return "", fmt.Errorf("sqlitekv: expand %s: %w", path, err)
+		}
+		path = filepath.Join(home, path[1:])
+	}
+	folder := strings.HasSuffix(path, "/")
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return "", fmt.Errorf("sqlitekv: resolve %s: %w", path, err)
+	}
+	if fi, err := os.Stat(abs); folder || (err == nil && fi.IsDir()) {
+		abs = filepath.Join(abs, dbFileName)
+	}
+	return abs, nil
+}
+
+// escapePath escapes what a SQLite URI filename would read as syntax.
+func escapePath(p string) string {
+	return strings.NewReplacer("%", "%25", "?", "%3F", "#", "%23").Replace(p)
+}
+
+func (s *store) closeAfter(err error) error {
+	s.Close()
+	return err
+}
+
+// initSchema switches the file to WAL and creates the tables, once, inside
+// one write transaction so two processes opening a new file agree. Opening
+// a database that is ready only reads: a process that opens it to look
+// (agentkit kv ls) never queues for the write lock behind a busy server.
+func (s *store) initSchema(ctx context.Context) error {
+	var mode string
+	if err := s.w.QueryRowContext(ctx, "PRAGMA journal_mode").Scan(&mode); err != nil {
+		return s.openErr("read the journal mode", err)
+	}
+	if !strings.EqualFold(mode, "wal") {
+		if err := s.w.QueryRowContext(ctx, "PRAGMA journal_mode=WAL").Scan(&mode); err != nil {
+			return s.openErr("switch to WAL mode", err)
+		}
+		if !strings.EqualFold(mode, "wal") {
+			return fmt.Errorf("sqlitekv: %s stays in journal mode %q; it must allow WAL mode (a local file system, not a network share)", s.path, mode)
+		}
+	}
+	if ready, err := s.schemaReady(ctx); err != nil || ready {
+		return err
+	}
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return s.openErr("create the tables", err)
+	}
+	defer tx.Rollback()
+	for _, q := range []string{
+		`CREATE TABLE IF NOT EXISTS kv (
+			key     TEXT PRIMARY KEY NOT NULL,
+			value   BLOB NOT NULL,
+			version INTEGER NOT NULL
+		)`,
+		`CREATE TABLE IF NOT EXISTS kv_meta (
+			id           INTEGER PRIMARY KEY CHECK (id = 1),
+			format       INTEGER NOT NULL,
+			last_version INTEGER NOT NULL
+		)`,
+		`INSERT INTO kv_meta (id, format, last_version) VALUES (1, ` + strconv.Itoa(formatVersion) + `, 0) ON CONFLICT (id) DO NOTHING`,
+		// Every write sets its row's version to last_version + 1; these
+		// record that number as the last one issued, inside the same
+		// statement, so the next write draws a fresh one.
+		`CREATE TRIGGER IF NOT EXISTS kv_version_insert AFTER INSERT ON kv BEGIN
+			UPDATE kv_meta SET last_version = NEW.version WHERE id = 1;
+		END`,
+		`CREATE TRIGGER IF NOT EXISTS kv_version_update AFTER UPDATE OF version ON kv BEGIN
+			UPDATE kv_meta SET last_version = NEW.version WHERE id = 1;
+		END`,
+	} {
+		if _, err := tx.ExecContext(ctx, q); err != nil {
+			return s.openErr("create the tables (is this another program's database?)", err)
+		}
+	}
+	var format int
+	if err := tx.QueryRowContext(ctx, "SELECT format FROM kv_meta WHERE id = 1").Scan(&format); err != nil {
+		return s.openErr("read the format", err)
+	}
+	if format > formatVersion {
+		return fmt.Errorf("sqlitekv: %s was written by a newer agentkit (format %d; this build reads format %d); upgrade agentkit", s.path, format, formatVersion)
+	}
+	if err := tx.Commit(); err != nil {
+		return s.openErr("create the tables", err)
+	}
+	return nil
+}
+
+// schemaReady reports whether the tables and triggers exist in a format
+// this build reads.
+func (s *store) schemaReady(ctx context.Context) (bool, error) {
+	var n int
+	err := s.w.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_schema WHERE
+		(type = 'table' AND name IN ('kv', 'kv_meta')) OR
+		(type = 'trigger' AND name IN ('kv_version_insert', 'kv_version_update'))`).Scan(&n)
+	if err != nil {
+		return false, s.openErr("read the schema", err)
+	}
+	if n != 4 {
+		return false, nil
+	}
+	var format int
+	err = s.w.QueryRowContext(ctx, "SELECT format FROM kv_meta WHERE id = 1").Scan(&format)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return false, nil
+	case err != nil:
+		return false, s.openErr("read the format (is this another program's database?)", err)
+	case format > formatVersion:
+		return false, fmt.Errorf("sqlitekv: %s was written by a newer agentkit (format %d; this build reads format %d); upgrade agentkit", s.path, format, formatVersion)
+	}
+	return true, nil
+}
+
+func (s *store) openErr(what string, err error) error {
+	return fmt.Errorf("sqlitekv: %s: %s: %w", s.path, what, s.mapErr(err))
+}
+
+func (s *store) prepare(ctx context.Context) error {
+	var err error
+	prep := func(db *sql.DB, q string) *sql.Stmt {
+		if err != nil {
+			return nil
+		}
+		var st *sql.Stmt
+		st, err = db.PrepareContext(ctx, q)
+		return st
+	}
+	const next = `(SELECT last_version + 1 FROM kv_meta WHERE id = 1)`
+	s.put = prep(s.w, `INSERT INTO kv (key, value, version) VALUES (?1, ?2, `+next+`)
+		ON CONFLICT (key) DO UPDATE SET value = excluded.value, version = excluded.version
+		RETURNING version`)
+	s.putAbsent = prep(s.w, `INSERT INTO kv (key, value, version) VALUES (?1, ?2, `+next+`)
+		ON CONFLICT (key) DO NOTHING
+		RETURNING version`)
+	s.putVersion = prep(s.w, `UPDATE kv SET value = ?2, version = `+next+`
+		WHERE key = ?1 AND version = ?3
+		RETURNING version`)
+	s.del = prep(s.w, `DELETE FROM kv WHERE key = ?1`)
+	s.get = prep(s.r, `SELECT value, version FROM kv WHERE key = ?1`)
+	if err != nil {
+		return s.openErr("prepare statements (is this another program's database?)", err)
+	}
+	return nil
+}
+
+// Close closes both pools. The last connection to the file checkpoints the
+// WAL into the database.
+func (s *store) Close() error {
+	s.closed.Store(true)
+	var errs []error
+	for _, st := range []*sql.Stmt{s.put, s.putAbsent, s.putVersion, s.del, s.get} {
+		if st != nil {
+			st.Close()
+		}
+	}
+	for _, db := range []*sql.DB{s.r, s.w} {
+		if db != nil {
+			errs = append(errs, db.Close())
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// mapErr gives SQLite's errors the contract's meaning where there is one.
+func (s *store) mapErr(err error) error {
+	if err == nil {
+		return nil
+	}
+	if s.closed.Load() {
+		return fmt.Errorf("%w: %w", kv.ErrClosed, err)
+	}
+	var se *sqlite.Error
+	if !errors.As(err, &se) {
+		return err
+	}
+	switch se.Code() & 0xff {
+	case sqlite3.SQLITE_TOOBIG:
+		return fmt.Errorf("%w: SQLite's limit is 1,000,000,000 bytes per value: %w", kv.ErrTooLarge, err)
+	case sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED:
+		return fmt.Errorf("sqlitekv: %s stayed locked by another connection or process for the whole busy timeout (%v); raise busy_timeout or find the long transaction: %w", s.path, s.busyTimeout, err)
+	}
+	return err
+}
+
+// write runs one write statement, st(key, value, args...), which draws
+// the next version and returns it. A statement on its own is a transaction:
+// it takes the write lock when it starts (waiting up to the busy timeout
+// for other processes) and commits when it completes, so the condition in
+// its WHERE or ON CONFLICT clause and the write are one atomic step. No row
+// returned means the condition failed: kv.ErrConflict.
+func (s *store) write(ctx context.Context, st *sql.Stmt, key string, value []byte, args ...any) (kv.Version, error) {
+	rows, err := st.QueryContext(ctx, append([]any{key, value}, args...)...)
+	if err != nil {
+		return "", s.mapErr(err)
+	}
+	defer rows.Close()
+	var ver int64
+	n := 0
+	// Step until done: the commit happens at the last step, and its error
+	// (if any) surfaces there.
+	for rows.Next() {
+		if err := rows.Scan(&ver); err != nil {
+			return "", s.mapErr(err)
+		}
+		n++
+	}
+	if err := rows.Err(); err != nil {
+		return "", s.mapErr(err)
+	}
+	if n == 0 {
+		return "", kv.ErrConflict
+	}
+	return kv.Version(strconv.FormatInt(ver, 10)), nil
+}
+
+// Put creates or overwrites key.
+func (s *store) Put(ctx context.Context, key string, value []byte) error {
+	_, err := s.write(ctx, s.put, key, value)
+	return err
+}
+
+// PutIfAbsent inserts key only if it has no row.
+func (s *store) PutIfAbsent(ctx context.Context, key string, value []byte) (kv.Version, error) {
+	return s.write(ctx, s.putAbsent, key, value)
+}
+
+// PutIfVersion updates key only if its row has version expected.
+func (s *store) PutIfVersion(ctx context.Context, key string, value []byte, expected kv.Version) (kv.Version, error) {
+	want, err := strconv.ParseInt(string(expected), 10, 64)
+	if err != nil || strconv.FormatInt(want, 10) != string(expected) {
+		if err := ctx.Err(); err != nil {
+			return "", err
+		}
+		return "", fmt.Errorf("%w: %q is not a version this driver issued", kv.ErrConflict, expected)
+	}
+	return s.write(ctx, s.putVersion, key, value, want)
+}
+
+// Delete removes key's row; a missing key is not an error.
+func (s *store) Delete(ctx context.Context, key string) error {
+	_, err := s.del.ExecContext(ctx, key)
+	return s.mapErr(err)
+}
+
+// Get returns the value of key, or an error matching kv.ErrNotFound.
+func (s *store) Get(ctx context.Context, key string) ([]byte, error) {
+	v, _, err := s.GetWithVersion(ctx, key)
+	return v, err
+}
+
+// GetWithVersion returns the value of key and its version.
+func (s *store) GetWithVersion(ctx context.Context, key string) ([]byte, kv.Version, error) {
+	var (
+		v   []byte
+		ver int64
+	)
+	err := s.get.QueryRowContext(ctx, key).Scan(&v, &ver)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, "", kv.ErrNotFound
+	}
+	if err != nil {
+		return nil, "", s.mapErr(err)
+	}
+	if v == nil {
+		v = []byte{}
+	}
+	return v, kv.Version(strconv.FormatInt(ver, 10)), nil
+}
+
+// List yields the entries under prefix in ascending bytewise key order, a
+// page at a time.
+func (s *store) List(ctx context.Context, prefix string) iter.Seq2[kv.Entry, error] {
+	return func(yield func(kv.Entry, error) bool) {
+		for page, err := range s.pages(ctx, prefix, "key, value", s.pageRows) {
+			if err != nil {
+				yield(kv.Entry{}, err)
+				return
+			}
+			for _, e := range page {
+				if !yield(e, nil) {
+					return
+				}
+			}
+		}
+	}
+}
+
+// ListKeys yields the keys under prefix in ascending bytewise order.
+func (s *store) ListKeys(ctx context.Context, prefix string) iter.Seq2[string, error] {
+	return func(yield func(string, error) bool) {
+		for page, err := range s.pages(ctx, prefix, "key", s.keyPageRows) {
+			if err != nil {
+				yield("", err)
+				return
+			}
+			for _, e := range page {
+				if !yield(e.Key, nil) {
+					return
+				}
+			}
+		}
+	}
+}
+
+// pages yields the rows under prefix in key order, one query per page. Each
+// page is read whole and its rows closed before it is yielded, so the
+// caller may write to the store (or stop) between entries without holding
+// a read transaction open.
+func (s *store) pages(ctx context.Context, prefix, cols string, size int) iter.Seq2[[]kv.Entry, error] {
+	return func(yield func([]kv.Entry, error) bool) {
+		end, bounded := successor(prefix)
+		after, first := prefix, true
+		withValue := strings.Contains(cols, "value")
+		for {
+			var (
+				q    strings.Builder
+				args []any
+			)
+			q.WriteString("SELECT " + cols + " FROM kv WHERE key ")
+			if first {
+				q.WriteString(">= ?1")
+			} else {
+				q.WriteString("> ?1")
+			}
+			args = append(args, after)
+			if bounded {
+				q.WriteString(" AND key < ?2")
+				args = append(args, end)
+			}
+			q.WriteString(" ORDER BY key LIMIT " + strconv.Itoa(size))
+			page, full, err := s.readPage(ctx, q.String(), args, withValue, size)
+			if err != nil {
+				yield(nil, err)
+				return
+			}
+			if len(page) > 0 && !yield(page, nil) {
+				return
+			}
+			if !full {
+				return
+			}
+			after, first = page[len(page)-1].Key, false
+		}
+	}
+}
+
+// readPage runs one page query. full reports whether more rows may follow.
+func (s *store) readPage(ctx context.Context, q string, args []any, withValue bool, size int) (page []kv.Entry, full bool, err error) {
+	rows, err := s.r.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, false, s.mapErr(err)
+	}
+	defer rows.Close()
+	bytes := 0
+	for rows.Next() {
+		var e kv.Entry
+		if withValue {
+			err = rows.Scan(&e.Key, &e.Value)
+		} else {
+			err = rows.Scan(&e.Key)
+		}
+		if err != nil {
+			return nil, false, s.mapErr(err)
+		}
+		if withValue && e.Value == nil {
+			e.Value = []byte{}
+		}
+		page = append(page, e)
+		if bytes += len(e.Value); bytes >= listPageBytes {
+			return page, true, nil // stop early; the next page resumes after this key
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, false, s.mapErr(err)
+	}
+	return page, len(page) == size, nil
+}
+
+// successor returns the least string greater than every string with the
+// given prefix, and false when there is none (the empty prefix, or one of
+// only 0xff bytes).
+func successor(prefix string) (string, bool) {
+	b := []byte(prefix)
+	for i := len(b) - 1; i >= 0; i-- {
+		if b[i] < 0xff {
+			b[i]++
+			return string(b[:i+1]), true
+		}
+	}
+	return "", false
+}
