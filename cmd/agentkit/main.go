@@ -8,7 +8,11 @@ import (
 	"agentkit/internal/cli"
 
 	// The drivers the command can open by URL.
+	_ "agentkit/kv/filekv"
 	_ "agentkit/kv/memkv"
+	_ "agentkit/kv/pgkv"
+	_ "agentkit/kv/rediskv"
+	_ "agentkit/kv/sqlitekv"
 )
 
 func main() {

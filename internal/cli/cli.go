@@ -130,8 +130,7 @@ func parseFlags(fs *flag.FlagSet, args []string) ([]string, error) {
 	for {
 		if err := fs.Parse(args); err != nil {
 			if errors.Is(err, flag.ErrHelp) {
-				fs.Usage()
-				return nil, err
+				return nil, err // the flag package has printed the usage
 			}
 			return nil, usagef("%s: %v (run \"agentkit %s -h\" for the flags)", fs.Name(), err, fs.Name())
 		}

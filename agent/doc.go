@@ -1,0 +1,32 @@
+// Package agent is agentkit's runtime: agents defined in Go, the turn loop
+// that runs them, and the sessions, continuation tokens, reminders, host KV
+// and host files that outlive a process.
+//
+// Define an agent and open a runtime on a state root:
+//
+//	echo, _ := model.NewEcho(nil) // or model.NewOpenAI(...)
+//	rt, err := agent.Open(ctx, agent.Config{
+//		Agent: agent.Agent{
+//			Name:         "support",
+//			Instructions: "You answer questions about orders.",
+//			Model:        echo,
+//			Tools:        []tool.Tool{lookupOrder},
+//		},
+//		StateRoot: ".agentkit",
+//	})
+//	defer rt.Close()
+//	res, err := rt.StartSession(ctx, agent.StartRequest{Message: "hello"})
+//	// later, in the same or another process on the same store:
+//	res, err = rt.Continue(ctx, agent.ContinueRequest{
+//		Token: res.ContinuationToken, Message: "and then?"})
+//
+// Sessions are served from local disk (the state root's sessions/ folder)
+// and mirrored to the configured store after every turn; at start-up the
+// runtime restores recent sessions from the store within the policy's caps.
+// docs/runtime.md describes how a turn runs, how sessions persist, and the
+// policy knobs.
+//
+// The HTTP server (package server) and the agentkit command run agents
+// through this package only: a config-defined agent (package config) and a
+// Go-defined one take the same path.
+package agent

@@ -1,0 +1,319 @@
+package agent_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"agentkit/agent"
+	"agentkit/agent/stateroot"
+	"agentkit/kv"
+	"agentkit/kv/memkv"
+	"agentkit/model"
+)
+
+// TestDefaultStoreSurvivesRestart runs a real runtime on the embedded
+// default store, closes it and reopens it on the same folder.
+func TestDefaultStoreSurvivesRestart(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	cfg := agent.Config{Agent: agent.Agent{Name: "persist", Model: echoModel(t)}, StateRoot: root}
+	rt, err := agent.Open(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := start(t, rt, "hello")
+	if err := rt.HostKV().Put(ctx, "counter", []byte(`1`)); err != nil {
+		t.Fatal(err)
+	}
+	info := rt.Info()
+	if !info.DefaultStore || info.Storage.Name == "" || !info.Storage.Get || !info.Storage.CAS {
+		t.Errorf("info %+v", info)
+	}
+	// A read-only user of the default store works beside the server.
+	ro, err := kv.Open(ctx, stateroot.DefaultStoreURL(root))
+	if err != nil {
+		t.Fatalf("opening kv/kv.db beside the runtime: %v", err)
+	}
+	ks := keysWith(t, ro, "agentkit/v1/persist/")
+	if !contains(ks, "/sessions/"+res.SessionID+"/meta") || !contains(ks, "/kv/counter") {
+		t.Errorf("kv ls beside the runtime: %q", ks)
+	}
+	ro.Close()
+	if err := rt.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	rt3, err := agent.Open(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt3.Close()
+	res2, err := rt3.Continue(ctx, agent.ContinueRequest{Token: res.ContinuationToken, Message: "again"})
+	if err != nil || res2.SessionID != res.SessionID || res2.Turn.Result != "echo: again" {
+		t.Fatalf("continue after restart: %+v %v", res2, err)
+	}
+	page, err := rt3.Events(ctx, res.SessionID, 0, 100)
+	if err != nil || len(page.Events) != 6 || page.Events[5].Turn != 2 {
+		t.Errorf("events after restart: %d %v", len(page.Events), err)
+	}
+	v, err := rt3.HostKV().Get(ctx, "counter")
+	if err != nil || string(v) != "1" {
+		t.Errorf("host KV after restart: %q %v", v, err)
+	}
+}
+
+func TestSecondRuntimeOnTheSameRootFails(t *testing.T) {
+	root := t.TempDir()
+	open(t, agent.Config{StateRoot: root})
+	_, err := agent.Open(context.Background(), agent.Config{Agent: agent.Agent{Name: "x", Model: echoModel(t)}, StateRoot: root, Store: memkv.New()})
+	if !errors.Is(err, stateroot.ErrLocked) {
+		t.Fatalf("got %v", err)
+	}
+	abs, _ := filepath.Abs(root)
+	if !strings.Contains(err.Error(), abs) || !strings.Contains(err.Error(), "pid "+strconv.Itoa(os.Getpid())) {
+		t.Errorf("error %q does not name the folder and the holder's PID", err)
+	}
+}
+
+func TestNewerStateRootIsRefused(t *testing.T) {
+	root := t.TempDir()
+	os.WriteFile(filepath.Join(root, stateroot.FormatFile), []byte(`{"format":99}`), 0o644)
+	_, err := agent.Open(context.Background(), agent.Config{Agent: agent.Agent{Name: "x", Model: echoModel(t)}, StateRoot: root, Store: memkv.New()})
+	if !errors.Is(err, stateroot.ErrNewerFormat) || !strings.Contains(err.Error(), "upgrade agentkit") {
+		t.Fatalf("got %v", err)
+	}
+	// The failed Open released the lock.
+	os.WriteFile(filepath.Join(root, stateroot.FormatFile), []byte(`{"format":1}`), 0o644)
+	open(t, agent.Config{StateRoot: root})
+}
+
+func TestOpenErrors(t *testing.T) {
+	ctx := context.Background()
+	m := echoModel(t)
+	cases := []struct {
+		cfg  agent.Config
+		want string
+	}{
+		{agent.Config{Agent: agent.Agent{Model: m}, StateRoot: t.TempDir()}, "Agent.Name is empty"},
+		{agent.Config{Agent: agent.Agent{Name: "a"}, StateRoot: t.TempDir()}, "no Model"},
+		{agent.Config{Agent: agent.Agent{Name: "a", Model: m}}, "StateRoot is empty"},
+		{agent.Config{Agent: agent.Agent{Name: "a", Model: m, MaxSteps: -1}, StateRoot: t.TempDir()}, "MaxSteps"},
+		{agent.Config{Agent: agent.Agent{Name: "a", Model: m}, StateRoot: t.TempDir(), Serving: "cluster"}, `"cluster"`},
+		{agent.Config{Agent: agent.Agent{Name: "a", Model: m}, StateRoot: t.TempDir(), Store: kv.Funcs{Get: func(context.Context, string) ([]byte, error) { return nil, nil }}}, "Put"},
+		{agent.Config{Agent: agent.Agent{Name: "a", Model: m}, StateRoot: t.TempDir(), Store: memkv.New(), Policy: agent.Policy{Debounce: -time.Second}}, "Debounce"},
+		{agent.Config{Agent: agent.Agent{Name: "a", Model: m}, StateRoot: t.TempDir(), Store: kv.Funcs{Put: func(context.Context, string, []byte) error { return nil }}, Serving: agent.ServingLedger}, "CAS"},
+		{agent.Config{Agent: agent.Agent{Name: "a", Model: m, Tools: append(agentToolsNamed("x"), agentToolsNamed("x")...)}, StateRoot: t.TempDir(), Store: memkv.New()}, `two tools are named "x"`},
+	}
+	for _, c := range cases {
+		rt, err := agent.Open(ctx, c.cfg)
+		if err == nil {
+			rt.Close()
+			t.Errorf("Open succeeded; want an error containing %q", c.want)
+			continue
+		}
+		if !strings.Contains(err.Error(), c.want) {
+			t.Errorf("Open: %v; want it to contain %q", err, c.want)
+		}
+	}
+}
+
+func TestMirrorWritesTheSessionKeys(t *testing.T) {
+	ctx := context.Background()
+	store := memkv.New()
+	rt := open(t, agent.Config{Agent: agent.Agent{Name: "mirror"}, Store: store})
+	res := start(t, rt, "one")
+	if _, err := rt.Continue(ctx, agent.ContinueRequest{Token: res.ContinuationToken, Message: "two"}); err != nil {
+		t.Fatal(err)
+	}
+	p := "agentkit/v1/mirror/"
+	ks := keysWith(t, store, p)
+	want := []string{
+		p + "continuations/" + res.ContinuationToken,
+		p + "sessions/" + res.SessionID + "/events/00000000000000000001",
+		p + "sessions/" + res.SessionID + "/events/00000000000000000002",
+		p + "sessions/" + res.SessionID + "/meta",
+	}
+	for _, w := range want {
+		if !contains(ks, w) {
+			t.Errorf("missing %s in %q", w, ks)
+		}
+	}
+	// One index entry: the first turn's was replaced by the second's.
+	idx := keysWith(t, store, p+"session-index/")
+	if len(idx) != 1 || !strings.HasSuffix(idx[0], "/"+res.SessionID) {
+		t.Errorf("index %q", idx)
+	}
+	var meta struct {
+		V       int    `json:"v"`
+		ID      string `json:"id"`
+		Turns   int    `json:"turns"`
+		LastSeq int    `json:"lastSeq"`
+		Batches int    `json:"batches"`
+	}
+	b, _ := store.Get(ctx, p+"sessions/"+res.SessionID+"/meta")
+	if err := json.Unmarshal(b, &meta); err != nil || meta.V != 1 || meta.ID != res.SessionID || meta.Turns != 2 || meta.LastSeq != 6 || meta.Batches != 2 {
+		t.Errorf("meta %s", b)
+	}
+	var batch struct {
+		V      int               `json:"v"`
+		Events []json.RawMessage `json:"events"`
+	}
+	b, _ = store.Get(ctx, p+"sessions/"+res.SessionID+"/events/00000000000000000002")
+	if err := json.Unmarshal(b, &batch); err != nil || batch.V != 1 || len(batch.Events) != 3 || !strings.Contains(string(batch.Events[0]), `"seq":4`) {
+		t.Errorf("batch 2 %s", b)
+	}
+	b, _ = store.Get(ctx, p+"continuations/"+res.ContinuationToken)
+	if string(b) != `{"v":1,"sessionId":"`+res.SessionID+`"}` {
+		t.Errorf("continuation record %s", b)
+	}
+}
+
+type observer struct {
+	agent.NopObserver
+	mu      sync.Mutex
+	turns   []agent.TurnStatus
+	dropped []string
+	ops     map[string]int
+}
+
+func (o *observer) TurnFinished(s agent.TurnStatus, d time.Duration) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.turns = append(o.turns, s)
+}
+
+func (o *observer) MirrorDropped(key string, err error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.dropped = append(o.dropped, key+" "+err.Error())
+}
+
+func (o *observer) StoreOp(op string, d time.Duration, err error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.ops == nil {
+		o.ops = map[string]int{}
+	}
+	o.ops[op]++
+}
+
+func TestFailedMirrorWritesAreDroppedNotFatal(t *testing.T) {
+	c := newCounting(memkv.New())
+	c.failPut.Store(true)
+	obs := &observer{}
+	var logs logBuffer
+	rt := open(t, agent.Config{Store: c.funcs(), Observer: obs, Logger: logs.logger()})
+	res := start(t, rt, "hi")
+	if res.Turn.Status != agent.StatusCompleted {
+		t.Fatalf("turn %s %s", res.Turn.Status, res.Turn.Result)
+	}
+	// batch, meta, token, index.
+	if n := rt.Info().MirrorDropped; n != 4 {
+		t.Errorf("MirrorDropped = %d, want 4", n)
+	}
+	if len(obs.dropped) != 4 || len(obs.turns) != 1 || obs.turns[0] != agent.StatusCompleted {
+		t.Errorf("observer: dropped %q turns %v", obs.dropped, obs.turns)
+	}
+	out := logs.String()
+	if strings.Contains(out, res.ContinuationToken) || strings.Contains(strings.Join(obs.dropped, "\n"), res.ContinuationToken) {
+		t.Error("a continuation token reached the logs or the observer")
+	}
+	if !strings.Contains(out, "continuations/REDACTED") || !strings.Contains(out, "mirror write dropped") || !strings.Contains(out, "/meta") {
+		t.Errorf("logs lack the dropped keys:\n%s", out)
+	}
+	// The next turn still runs, and its writes land once the store is back.
+	c.failPut.Store(false)
+	res2, err := rt.Continue(context.Background(), agent.ContinueRequest{Token: res.ContinuationToken, Message: "again"})
+	if err != nil || res2.Turn.Status != agent.StatusCompleted {
+		t.Fatalf("%+v %v", res2, err)
+	}
+	if rt.Info().MirrorDropped != 4 {
+		t.Error("writes that succeeded were counted as dropped")
+	}
+	// The second turn wrote its batch, the metadata, the index entry and
+	// the token, whose first write was dropped.
+	if obs.ops["put"] != 8 || obs.ops["get"] != 0 {
+		t.Errorf("store ops seen by the observer: %v", obs.ops)
+	}
+}
+
+func TestDebounceWritesWhileTheTurnRuns(t *testing.T) {
+	store := memkv.New()
+	m := echoModel(t,
+		model.EchoStep{Tool: "list_files"},
+		model.EchoStep{Text: "slow answer", Delay: "1s"},
+	)
+	rt := open(t, agent.Config{Agent: agent.Agent{Name: "deb", Model: m}, Store: store, Policy: agent.Policy{Debounce: 20 * time.Millisecond}})
+	var mu sync.Mutex
+	var sessionID string
+	var seenBeforeEnd []string
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		res, err := rt.StartSession(context.Background(), agent.StartRequest{Message: "go", OnEvent: func(e agent.Event) {
+			mu.Lock()
+			sessionID = e.SessionID
+			mu.Unlock()
+		}})
+		if err != nil || res.Turn.Result != "slow answer" {
+			t.Errorf("%+v %v", res, err)
+		}
+	}()
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		mu.Lock()
+		id := sessionID
+		mu.Unlock()
+		if id != "" {
+			ks := keysWith(t, store, "agentkit/v1/deb/sessions/"+id+"/events/")
+			if len(ks) > 0 {
+				select {
+				case <-done:
+				default:
+					seenBeforeEnd = ks
+				}
+				break
+			}
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	<-done
+	if len(seenBeforeEnd) == 0 {
+		t.Fatal("no event batch reached the store while the turn ran")
+	}
+	b, _ := store.Get(context.Background(), seenBeforeEnd[0])
+	if strings.Contains(string(b), `"turn.finished"`) {
+		t.Errorf("the batch seen during the turn holds its end: %s", b)
+	}
+	// After the turn, the batches hold every event once, in order, the
+	// last batch ending with turn.finished (written at the turn's end).
+	var seqs []int64
+	var lastType string
+	for _, k := range keysWith(t, store, "agentkit/v1/deb/sessions/"+sessionID+"/events/") {
+		b, _ := store.Get(context.Background(), k)
+		var batch struct{ Events []agent.Event }
+		if err := json.Unmarshal(b, &batch); err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range batch.Events {
+			seqs = append(seqs, e.Seq)
+			lastType = e.Type
+		}
+	}
+	if fmt.Sprint(seqs) != "[1 2 3 4 5 6]" || lastType != agent.EventTurnFinished {
+		t.Errorf("mirrored events %v ending with %s", seqs, lastType)
+	}
+}
+
+func agentToolsNamed(name string) []toolT {
+	return []toolT{{Spec: model.ToolSpec{Name: name}, Run: noop}}
+}

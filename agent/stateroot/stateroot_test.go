@@ -1,0 +1,103 @@
+package stateroot
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+func TestOpenCreatesTheLayout(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "root")
+	r, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	for _, d := range []string{SessionsDir, RemindersDir, KVDir, MemoryDir, ActorsDir, WorkspaceDir, FilesDir} {
+		if st, err := os.Stat(filepath.Join(dir, d)); err != nil || !st.IsDir() {
+			t.Errorf("%s: %v", d, err)
+		}
+	}
+	b, err := os.ReadFile(filepath.Join(dir, FormatFile))
+	if err != nil || strings.TrimSpace(string(b)) != `{"format":1}` {
+		t.Errorf("format file %q %v", b, err)
+	}
+	pid, _ := os.ReadFile(filepath.Join(dir, LockFile))
+	if strings.TrimSpace(string(pid)) != strconv.Itoa(os.Getpid()) {
+		t.Errorf("lock file holds %q, want this PID", pid)
+	}
+	if r.KVPath() != filepath.Join(dir, "kv", "kv.db") || DefaultStoreURL(dir) != "sqlite:"+filepath.Join(dir, "kv", "kv.db") {
+		t.Errorf("kv path %s / %s", r.KVPath(), DefaultStoreURL(dir))
+	}
+	if r.JournalPath() != filepath.Join(dir, "memory", "journal.jsonl") {
+		t.Errorf("journal %s", r.JournalPath())
+	}
+}
+
+func TestSecondOpenFailsNamingTheFolderAndPID(t *testing.T) {
+	dir := t.TempDir()
+	r, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = Open(dir)
+	var le *LockedError
+	if !errors.As(err, &le) || !errors.Is(err, ErrLocked) || le.PID != os.Getpid() {
+		t.Fatalf("second Open: %v", err)
+	}
+	if !strings.Contains(err.Error(), dir) || !strings.Contains(err.Error(), "pid "+strconv.Itoa(os.Getpid())) {
+		t.Errorf("message %q names neither the folder nor the PID", err)
+	}
+	// Read-only checks work beside the holder.
+	if err := Check(dir); err != nil {
+		t.Errorf("Check beside a holder: %v", err)
+	}
+	r.Close()
+	r2, err := Open(dir)
+	if err != nil {
+		t.Fatalf("Open after Close: %v", err)
+	}
+	r2.Close()
+	r2.Close() // idempotent
+}
+
+func TestNewerFormatIsRefused(t *testing.T) {
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, FormatFile), []byte(`{"format":2}`), 0o644)
+	_, err := Open(dir)
+	if !errors.Is(err, ErrNewerFormat) || !strings.Contains(err.Error(), "upgrade agentkit") || !strings.Contains(err.Error(), "format 2") {
+		t.Fatalf("got %v", err)
+	}
+	if err := Check(dir); !errors.Is(err, ErrNewerFormat) {
+		t.Errorf("Check: %v", err)
+	}
+	// The refusal left the lock free and nothing created.
+	if _, err := os.Stat(filepath.Join(dir, SessionsDir)); !os.IsNotExist(err) {
+		t.Errorf("sessions/ created in a refused root: %v", err)
+	}
+}
+
+func TestCorruptFormatIsRefused(t *testing.T) {
+	for _, content := range []string{"", "garbage", `{"format":0}`, `{"format":"1"}`, `{"format":1,"extra":true}`} {
+		dir := t.TempDir()
+		os.WriteFile(filepath.Join(dir, FormatFile), []byte(content), 0o644)
+		_, err := Open(dir)
+		if !errors.Is(err, ErrBadFormat) || !strings.Contains(err.Error(), `{"format":1}`) {
+			t.Errorf("%q: got %v", content, err)
+		}
+	}
+}
+
+func TestOpenNeedsADir(t *testing.T) {
+	if _, err := Open(""); err == nil || !strings.Contains(err.Error(), "--state-root") {
+		t.Errorf("got %v", err)
+	}
+	file := filepath.Join(t.TempDir(), "f")
+	os.WriteFile(file, nil, 0o644)
+	if _, err := Open(file); err == nil {
+		t.Error("a file was accepted as a state root")
+	}
+}

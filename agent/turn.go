@@ -1,0 +1,334 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+
+	"agentkit/agent/sessiondb"
+	"agentkit/model"
+	"agentkit/tool"
+	"agentkit/workspace"
+)
+
+// turnRequest is one turn to run.
+type turnRequest struct {
+	sessionID string
+	message   string
+	files     map[string]string
+	source    string
+	note      string // the first-prompt note (first turn only)
+	onEvent   func(Event)
+}
+
+// turn is a running turn.
+type turn struct {
+	r       *Runtime
+	st      *sessionState
+	meta    sessiondb.Meta
+	number  int64
+	onEvent func(Event)
+	ctx     context.Context // for local writes: not canceled with the caller
+}
+
+// runTurn runs one turn of a session: it waits for the session's previous
+// turn, records turn.started, runs the model/tool loop, records
+// turn.finished, flushes the mirror and runs the AfterTurn hooks.
+func (r *Runtime) runTurn(ctx context.Context, req turnRequest) (TurnResult, error) {
+	st, release, err := r.lockSession(ctx, req.sessionID)
+	if err != nil {
+		return TurnResult{}, err
+	}
+	defer release()
+	wctx := context.WithoutCancel(ctx)
+	m, err := r.db.Get(wctx, req.sessionID)
+	if errors.Is(err, sessiondb.ErrNotFound) {
+		return TurnResult{}, fmt.Errorf("%w: %s (deleted while the turn waited)", ErrSessionNotFound, req.sessionID)
+	}
+	if err != nil {
+		return TurnResult{}, err
+	}
+	history, note, err := r.history(wctx, m.ID)
+	if err != nil {
+		return TurnResult{}, err
+	}
+	if m.Turns == 0 {
+		note = req.note
+	}
+	dir := r.workspaceDir(m.ID)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return TurnResult{}, fmt.Errorf("agent: the session workspace: %w", err)
+	}
+	ws, err := os.OpenRoot(dir)
+	if err != nil {
+		return TurnResult{}, fmt.Errorf("agent: the session workspace: %w", err)
+	}
+	defer ws.Close()
+	if m.Turns == 0 && len(r.agent.WorkspaceSeed) > 0 {
+		if err := workspace.Seed(ws, r.agent.WorkspaceSeed); err != nil {
+			return TurnResult{}, fmt.Errorf("agent: seeding the workspace: %w", err)
+		}
+	}
+	if len(req.files) > 0 {
+		if err := workspace.Seed(ws, req.files); err != nil {
+			return TurnResult{}, fmt.Errorf("agent: writing workspace files: %w", err)
+		}
+	}
+
+	started := r.now()
+	t := &turn{r: r, st: st, meta: m, number: m.Turns + 1, onEvent: req.onEvent, ctx: wctx}
+	t.meta.Turns = t.number
+	if err := t.record(Event{Type: EventTurnStarted, Source: req.source, Message: req.message, Note: note}); err != nil {
+		return TurnResult{}, err
+	}
+
+	var msgs []model.Message
+	if sys := systemPrompt(r.agent.Instructions, note); sys != "" {
+		msgs = append(msgs, model.Message{Role: model.RoleSystem, Content: sys})
+	}
+	msgs = append(msgs, history...)
+	msgs = append(msgs, model.Message{Role: model.RoleUser, Content: req.message})
+	env := &tool.Env{
+		SessionID: m.ID,
+		ChannelID: m.ChannelID,
+		Workspace: ws,
+		KV:        r.hostKV,
+		Files:     r.files,
+		Reminders: r.reminders.forSession(m.ID),
+		Logger:    r.logger(m.ID),
+	}
+	status, result, usage, loopErr := t.loop(ctx, env, msgs)
+	if loopErr != nil {
+		return TurnResult{}, loopErr
+	}
+
+	finished := r.now()
+	dur := finished.Sub(started)
+	t.meta.LastStatus = string(status)
+	u := usage
+	if err := t.record(Event{Type: EventTurnFinished, Status: status, Result: result, Usage: &u, DurationMS: dur.Milliseconds()}); err != nil {
+		return TurnResult{}, err
+	}
+	r.flushNow(wctx, st, m.ID)
+	r.afterTurn(wctx, TurnInfo{
+		AgentName: r.agent.Name, StateRoot: r.root.Dir(),
+		SessionID: m.ID, ChannelID: m.ChannelID, Title: m.Title,
+		Turn: t.number, Source: req.source, UserMessage: req.message,
+		Status: status, Result: result, Usage: usage,
+		StartedAt: started, FinishedAt: finished,
+	})
+	r.obs.TurnFinished(status, dur)
+	return TurnResult{
+		SessionID:         m.ID,
+		ContinuationToken: m.Token,
+		Turn:              Turn{Status: status, Result: result, Usage: usage},
+	}, nil
+}
+
+// loop asks the model, runs the tools it calls and feeds the results back
+// until it answers with text or the step limit is reached. Only a failure
+// to record an event is returned as an error; everything else ends the
+// turn with a status.
+func (t *turn) loop(ctx context.Context, env *tool.Env, msgs []model.Message) (TurnStatus, string, model.Usage, error) {
+	r := t.r
+	var usage model.Usage
+	for step := 1; step <= r.maxSteps; step++ {
+		resp, err := generate(ctx, r.agent.Model, model.Request{Messages: msgs, Tools: r.specs})
+		if err != nil {
+			return StatusFailed, "model error: " + err.Error(), usage, nil
+		}
+		usage = usage.Add(resp.Usage)
+		u := resp.Usage
+		calls := resp.Message.ToolCalls
+		for i := range calls {
+			if calls[i].ID == "" {
+				calls[i].ID = fmt.Sprintf("call_%d_%d", step, i+1)
+			}
+		}
+		logged := make([]model.ToolCall, len(calls))
+		for i, c := range calls {
+			logged[i] = c
+			logged[i].Arguments = validJSON(c.Arguments)
+		}
+		if err := t.record(Event{Type: EventModelCall, Step: step, Text: resp.Message.Content, ToolCalls: logged, Usage: &u}); err != nil {
+			return "", "", usage, err
+		}
+		if len(calls) == 0 {
+			return StatusCompleted, resp.Message.Content, usage, nil
+		}
+		msgs = append(msgs, model.Message{Role: model.RoleAssistant, Content: resp.Message.Content, ToolCalls: calls})
+		for _, call := range calls {
+			args := call.Arguments
+			if len(args) == 0 {
+				args = json.RawMessage("{}")
+			}
+			if err := t.record(Event{Type: EventToolCall, Step: step, ToolCallID: call.ID, Tool: call.Name, Arguments: validJSON(args)}); err != nil {
+				return "", "", usage, err
+			}
+			out, isErr := t.runTool(ctx, env, call.Name, args)
+			if err := t.record(Event{Type: EventToolResult, Step: step, ToolCallID: call.ID, Tool: call.Name, Output: out, IsError: isErr}); err != nil {
+				return "", "", usage, err
+			}
+			msgs = append(msgs, model.Message{Role: model.RoleTool, ToolCallID: call.ID, Name: call.Name, Content: out})
+		}
+	}
+	return StatusFailed, fmt.Sprintf("the turn reached the step limit of %d model calls without a final answer; raise the agent's MaxSteps or ask for less in one turn", r.maxSteps), usage, nil
+}
+
+// generate calls the model, turning a panic into an error.
+func generate(ctx context.Context, m model.Model, req model.Request) (resp model.Response, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("the model panicked: %v", p)
+		}
+	}()
+	return m.Generate(ctx, req)
+}
+
+// validJSON returns args, or args as a JSON string when they are not valid
+// JSON, so the event stays valid JSON.
+func validJSON(args json.RawMessage) json.RawMessage {
+	if len(args) == 0 {
+		return json.RawMessage("{}")
+	}
+	if json.Valid(args) {
+		return args
+	}
+	b, _ := json.Marshal(string(args))
+	return b
+}
+
+// runTool runs one tool call. Errors, unknown tools, bad arguments and
+// panics become the result the model sees, marked as an error.
+func (t *turn) runTool(ctx context.Context, env *tool.Env, name string, args json.RawMessage) (out string, isErr bool) {
+	tl := t.r.toolIndex[name]
+	if tl == nil {
+		names := make([]string, 0, len(t.r.specs))
+		for _, s := range t.r.specs {
+			names = append(names, s.Name)
+		}
+		return fmt.Sprintf("error: there is no tool named %q; the tools are %s", name, strings.Join(names, ", ")), true
+	}
+	if !json.Valid(args) {
+		return fmt.Sprintf("error: the arguments of %s are not valid JSON; send a JSON object matching its parameters", name), true
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			t.r.logger(env.SessionID).Error("agent: tool panicked", "tool", name, "panic", p)
+			out, isErr = fmt.Sprintf("error: the tool %s failed unexpectedly", name), true
+		}
+	}()
+	res, err := tl.Run(ctx, env, args)
+	if err != nil {
+		return "error: " + err.Error(), true
+	}
+	return res, false
+}
+
+// record stores one event of the turn on local disk, with the session's
+// new state, then publishes it to subscribers and the turn's OnEvent, and
+// arms the debounce timer.
+func (t *turn) record(ev Event) error {
+	r := t.r
+	ev.SessionID = t.meta.ID
+	ev.Turn = t.number
+	ev.At = r.now().UTC()
+	ev.Seq = t.meta.LastSeq + 1
+	data, err := json.Marshal(ev)
+	if err != nil {
+		return fmt.Errorf("agent: encoding event: %w", err)
+	}
+	next := t.meta
+	next.LastSeq = ev.Seq
+	next.UpdatedAt = ev.At
+	if err := r.db.Record(t.ctx, next, sessiondb.Record{SessionID: ev.SessionID, Seq: ev.Seq, At: ev.At, Type: ev.Type, Data: data}); err != nil {
+		return fmt.Errorf("agent: recording the %s event of session %s: %w", ev.Type, ev.SessionID, err)
+	}
+	t.meta = next
+	r.publish(ev)
+	if t.onEvent != nil {
+		t.onEvent(ev)
+	}
+	r.armDebounce(t.st, t.meta.ID)
+	return nil
+}
+
+// afterTurn runs the agent's AfterTurn hook and the memory journal's.
+func (r *Runtime) afterTurn(ctx context.Context, ti TurnInfo) {
+	if h := r.agent.Hooks.AfterTurn; h != nil {
+		if err := callHook(func() error { return h(ctx, ti) }); err != nil {
+			r.logger(ti.SessionID).Warn("agent: AfterTurn hook failed", "error", err)
+		}
+	}
+	mt := memoryTurn(ti)
+	r.mem.AfterTurn(ctx, mt)
+}
+
+// systemPrompt joins the instructions and the first-prompt note.
+func systemPrompt(instructions, note string) string {
+	parts := slices.DeleteFunc([]string{strings.TrimSpace(instructions), note}, func(s string) bool { return s == "" })
+	return strings.Join(parts, "\n\n")
+}
+
+// history rebuilds the conversation of a session from its events, and
+// returns the first-prompt note recorded by its first turn.
+func (r *Runtime) history(ctx context.Context, id string) ([]model.Message, string, error) {
+	var msgs []model.Message
+	var note string
+	pending := map[string]string{} // tool call id -> name, awaiting a result
+	closePending := func() {
+		// A turn that ended between a tool call and its result (a crash)
+		// leaves calls without results; models reject that, so answer them.
+		ids := make([]string, 0, len(pending))
+		for id := range pending {
+			ids = append(ids, id)
+		}
+		slices.Sort(ids)
+		for _, id := range ids {
+			msgs = append(msgs, model.Message{Role: model.RoleTool, ToolCallID: id, Name: pending[id], Content: "error: the turn ended before this tool returned"})
+		}
+		clear(pending)
+	}
+	var after int64
+	for {
+		recs, err := r.db.After(ctx, id, after, MaxPageSize)
+		if err != nil {
+			return nil, "", err
+		}
+		for _, rec := range recs {
+			ev, err := decodeEvent(rec)
+			if err != nil {
+				return nil, "", err
+			}
+			switch ev.Type {
+			case EventTurnStarted:
+				closePending()
+				if ev.Turn == 1 && ev.Note != "" {
+					note = ev.Note
+				}
+				msgs = append(msgs, model.Message{Role: model.RoleUser, Content: ev.Message})
+			case EventModelCall:
+				closePending()
+				msgs = append(msgs, model.Message{Role: model.RoleAssistant, Content: ev.Text, ToolCalls: ev.ToolCalls})
+				for _, c := range ev.ToolCalls {
+					pending[c.ID] = c.Name
+				}
+			case EventToolResult:
+				if _, ok := pending[ev.ToolCallID]; ok {
+					delete(pending, ev.ToolCallID)
+					msgs = append(msgs, model.Message{Role: model.RoleTool, ToolCallID: ev.ToolCallID, Name: ev.Tool, Content: ev.Output})
+				}
+			}
+			after = rec.Seq
+		}
+		if len(recs) < MaxPageSize {
+			break
+		}
+	}
+	closePending()
+	return msgs, note, nil
+}

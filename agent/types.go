@@ -1,0 +1,178 @@
+package agent
+
+import (
+	"encoding/json"
+	"time"
+
+	"agentkit/model"
+	"agentkit/storage"
+)
+
+// StartRequest starts a session with its first turn.
+type StartRequest struct {
+	// Message is the user's first message. Required.
+	Message string
+	// ChannelID names the channel starting the session; empty means
+	// "http".
+	ChannelID string
+	// Title is an optional title for the session.
+	Title string
+	// WorkspaceFiles are written into the session workspace before the
+	// turn, path (slash-separated, relative) to content. Paths under
+	// memory/ are refused.
+	WorkspaceFiles map[string]string
+	// OnEvent, when set, receives the turn's progress events as they are
+	// recorded, in order, from the turn's goroutine; it should return
+	// quickly, as the turn waits for it. The session id is in every event,
+	// so a server can stream a new session's first turn.
+	OnEvent func(Event)
+}
+
+// ContinueRequest runs a follow-up turn in the session a continuation
+// token names.
+type ContinueRequest struct {
+	// Token is the continuation token of an earlier turn. Required.
+	Token string
+	// Message is the user's message. Required.
+	Message string
+	// WorkspaceFiles are written into the session workspace before the
+	// turn, as in StartRequest.
+	WorkspaceFiles map[string]string
+	// OnEvent receives the turn's progress events, as in StartRequest.
+	OnEvent func(Event)
+}
+
+// TurnResult is the answer to StartSession and Continue.
+type TurnResult struct {
+	SessionID string `json:"sessionId"`
+	// ContinuationToken names the session for a follow-up. It is the same
+	// for every turn of a session and valid for the session's life.
+	ContinuationToken string `json:"continuationToken"`
+	Turn              Turn   `json:"turn"`
+}
+
+// Turn is how one turn ended.
+type Turn struct {
+	Status TurnStatus `json:"status"`
+	// Result is the final assistant text, or the failure message.
+	Result string      `json:"result"`
+	Usage  model.Usage `json:"usage"`
+}
+
+// Session is a session's metadata.
+type Session struct {
+	ID        string    `json:"id"`
+	ChannelID string    `json:"channelId"`
+	Title     string    `json:"title,omitempty"`
+	CreatedAt time.Time `json:"createdAt"`
+	UpdatedAt time.Time `json:"updatedAt"`
+	// Turns counts the turns run, failed ones included.
+	Turns int64 `json:"turns"`
+	// LastSeq is the sequence number of the newest event.
+	LastSeq int64 `json:"lastSeq"`
+	// LastStatus is how the newest turn ended; empty before any.
+	LastStatus TurnStatus `json:"lastStatus,omitempty"`
+}
+
+// SessionPage is one page of ListSessions.
+type SessionPage struct {
+	Sessions []Session `json:"sessions"`
+	// NextCursor continues the listing; empty on the last page.
+	NextCursor string `json:"nextCursor,omitempty"`
+}
+
+// Event types, in the order a turn records them.
+const (
+	// EventTurnStarted: Message, Source, and Note on a session's first turn.
+	EventTurnStarted = "turn.started"
+	// EventModelCall: Step, Text, ToolCalls, Usage of one model call.
+	EventModelCall = "model.call"
+	// EventToolCall: Step, ToolCallID, Tool, Arguments.
+	EventToolCall = "tool.call"
+	// EventToolResult: Step, ToolCallID, Tool, Output, IsError.
+	EventToolResult = "tool.result"
+	// EventTurnFinished: Status, Result, Usage (summed), DurationMS.
+	EventTurnFinished = "turn.finished"
+)
+
+// Event is one entry of a session's event log: a step of a turn. Events
+// are numbered from 1 per session (Seq) and kept in order. Fields beyond
+// the first five are set by the event types that use them.
+type Event struct {
+	SessionID string    `json:"sessionId"`
+	Seq       int64     `json:"seq"`
+	Type      string    `json:"type"`
+	At        time.Time `json:"at"`
+	// Turn is the turn's number in the session, from 1.
+	Turn int64 `json:"turn"`
+
+	Source  string `json:"source,omitempty"`
+	Message string `json:"message,omitempty"`
+	// Note is the first-prompt note (hooks, memory journal path) recorded
+	// by a session's first turn.started event.
+	Note       string           `json:"note,omitempty"`
+	Step       int              `json:"step,omitempty"`
+	Text       string           `json:"text,omitempty"`
+	ToolCalls  []model.ToolCall `json:"toolCalls,omitempty"`
+	ToolCallID string           `json:"toolCallId,omitempty"`
+	Tool       string           `json:"tool,omitempty"`
+	Arguments  json.RawMessage  `json:"arguments,omitempty"`
+	Output     string           `json:"output,omitempty"`
+	IsError    bool             `json:"isError,omitempty"`
+	Status     TurnStatus       `json:"status,omitempty"`
+	Result     string           `json:"result,omitempty"`
+	Usage      *model.Usage     `json:"usage,omitempty"`
+	DurationMS int64            `json:"durationMs,omitempty"`
+}
+
+// EventPage is one page of Events.
+type EventPage struct {
+	Events []Event `json:"events"`
+	// Next is the afterSeq of the next page: the last event's Seq, or the
+	// afterSeq asked for when the page is empty.
+	Next int64 `json:"next"`
+	// More is true when events after this page exist.
+	More bool `json:"more"`
+}
+
+// Reminder is a follow-up turn scheduled for a time.
+type Reminder struct {
+	ID        string    `json:"id"`
+	SessionID string    `json:"sessionId"`
+	At        time.Time `json:"at"`
+	Message   string    `json:"message"`
+	// State is "pending", "claimed", "fired" or "failed".
+	State string `json:"state"`
+	// FiredAt is when the reminder reached fired or failed.
+	FiredAt time.Time `json:"firedAt,omitzero"`
+}
+
+// ReminderRequest creates a reminder.
+type ReminderRequest struct {
+	SessionID string
+	// At is when to fire. The zero time with Delay set means now + Delay.
+	At    time.Time
+	Delay time.Duration
+	// Message is the follow-up turn's user message. Required.
+	Message string
+}
+
+// Info describes the running agent, for GET /v1/info.
+type Info struct {
+	Agent     string `json:"agent"`
+	Model     string `json:"model"`
+	Serving   string `json:"serving"`
+	StateRoot string `json:"stateRoot"`
+	MaxSteps  int    `json:"maxSteps"`
+	// Storage is the store's name, capabilities, table modes and the
+	// policy in force (defaults filled in).
+	Storage storage.Report `json:"storage"`
+	// DefaultStore is true for the embedded default store under the state
+	// root (kv/kv.db).
+	DefaultStore bool `json:"defaultStore"`
+	Memory       bool `json:"memory"`
+	// JournalPath is the memory journal's path, empty with memory off.
+	JournalPath string `json:"journalPath,omitempty"`
+	// MirrorDropped counts mirror writes the store refused since Open.
+	MirrorDropped int64 `json:"mirrorDropped"`
+}

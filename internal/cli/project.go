@@ -1,0 +1,144 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"agentkit/agent"
+	"agentkit/config"
+	"agentkit/kv"
+	"agentkit/memory"
+	"agentkit/model"
+)
+
+// ledgerUnavailable is the refusal of serving: ledger until the ledger
+// (05-ledger.md) is in the build.
+const ledgerUnavailable = "serving mode ledger (durable sessions across hosts, spec 05-ledger.md) is not in this build yet: it comes with the ledger issue; use serving: local (the default) until then"
+
+// DefaultAgentName is the name of the built-in agent "agentkit run" runs
+// when there is no project folder.
+const DefaultAgentName = "agentkit"
+
+// defaultInstructions are the built-in agent's instructions.
+func defaultInstructions() string {
+	return "You are a helpful assistant. Answer clearly and briefly, and say so when you do not know.\n\n" + memory.InstructionsSection()
+}
+
+// project is an agent to run: from an agentkit.yaml, or the built-in one.
+type project struct {
+	file *config.File // nil for the built-in agent
+	dir  string       // the project folder ("" for the built-in agent)
+}
+
+// loadProject reads DIR/agentkit.yaml. A missing file or a bad one is a
+// usage error naming the file.
+func loadProject(dir string) (*project, error) {
+	f, err := config.Load(dir)
+	if err != nil {
+		return nil, usagef("%s", strings.TrimPrefix(err.Error(), "config: "))
+	}
+	return &project{file: f, dir: f.Dir}, nil
+}
+
+// hasProject reports whether dir holds an agentkit.yaml.
+func hasProject(dir string) bool {
+	_, err := os.Stat(filepath.Join(dir, config.FileName))
+	return err == nil
+}
+
+// runtimeConfig returns the agent.Config of the project, with serving and
+// storage from the flags when given (they win over the file). The returned
+// close function closes the store it opened, if any.
+func (p *project) runtimeConfig(ctx context.Context, serving, storage string) (agent.Config, func(), error) {
+	var rc agent.Config
+	if p.file != nil {
+		var err error
+		if rc, err = p.file.RuntimeConfig(); err != nil {
+			return rc, nil, usagef("%s", strings.TrimPrefix(err.Error(), "config: "))
+		}
+		if serving == "" {
+			serving = p.file.Serving
+		}
+		if storage == "" {
+			storage = p.file.Storage
+		}
+	} else {
+		echo, err := model.NewEcho(nil)
+		if err != nil {
+			return rc, nil, err
+		}
+		rc.Agent = agent.Agent{Name: DefaultAgentName, Instructions: defaultInstructions(), Model: echo}
+	}
+	switch serving {
+	case "", agent.ServingLocal:
+		rc.Serving = agent.ServingLocal
+	case agent.ServingLedger:
+		return rc, nil, usagef("%s", ledgerUnavailable)
+	default:
+		return rc, nil, usagef("--serving %q: use local or ledger", serving)
+	}
+	closeStore := func() {}
+	if storage != "" {
+		db, err := kv.Open(ctx, storage)
+		if err != nil {
+			if strings.Contains(err.Error(), "no driver for") || strings.Contains(err.Error(), "kv: no storage URL") {
+				return rc, nil, usagef("--storage: %v", err)
+			}
+			return rc, nil, fmt.Errorf("opening the store: %w", err)
+		}
+		rc.Store = db
+		closeStore = func() { db.Close() }
+	}
+	return rc, closeStore, nil
+}
+
+// newLogger returns a logger writing to w in format (json or text) at
+// level.
+func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(level)); err != nil {
+		return nil, usagef("--log-level %q: use debug, info, warn or error", level)
+	}
+	opts := &slog.HandlerOptions{Level: lv}
+	switch format {
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	}
+	return nil, usagef("--log-format %q: use json or text", format)
+}
+
+// byteSize is a flag holding a size: a whole number of bytes, optionally
+// with a unit (KiB, MiB, GiB, KB, MB, GB).
+type byteSize int64
+
+func (b *byteSize) String() string { return strconv.FormatInt(int64(*b), 10) }
+
+func (b *byteSize) Set(s string) error {
+	units := []struct {
+		suffix string
+		mult   int64
+	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"B", 1}}
+	s = strings.TrimSpace(s)
+	mult := int64(1)
+	for _, u := range units {
+		if n, ok := strings.CutSuffix(s, u.suffix); ok {
+			s, mult = strings.TrimSpace(n), u.mult
+			break
+		}
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n <= 0 || n > (1<<40)/mult {
+		return errors.New("use a positive size such as 1048576, 512KiB or 4MiB")
+	}
+	*b = byteSize(n * mult)
+	return nil
+}

@@ -1,0 +1,136 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"agentkit/server"
+)
+
+func init() {
+	register(command{name: "serve", summary: "serve the agent of a project folder over HTTP", run: func(e *env, args []string) error {
+		return runServe(e, args, false)
+	}})
+	register(command{name: "dev", summary: "serve on loopback with developer defaults: readable logs, debug level", run: func(e *env, args []string) error {
+		return runServe(e, args, true)
+	}})
+}
+
+const serveUsage = `serve [--dir DIR] [--state-root DIR] [--addr HOST:PORT] [--storage URL]
+       [--serving local|ledger] [--auth-token T] [--insecure] [flags]
+
+Serves the agent defined by DIR/agentkit.yaml until SIGINT or SIGTERM, then
+finishes running turns and exits. The first line on standard output is
+"listening on http://HOST:PORT"; logs go to standard error.`
+
+const devUsage = `dev [--dir DIR] [--state-root DIR] [--addr HOST:PORT] [--storage URL] [flags]
+
+Serves like "agentkit serve" with developer defaults: loopback addresses
+only, text logs at debug level.`
+
+type serveFlags struct {
+	dir, stateRoot, addr, storage, serving, authToken string
+	insecure                                          bool
+	maxBody                                           byteSize
+	shutdownTimeout                                   time.Duration
+	logFormat, logLevel                               string
+}
+
+func runServe(e *env, args []string, dev bool) error {
+	name, usage := "serve", serveUsage
+	f := serveFlags{maxBody: server.DefaultMaxBodyBytes}
+	if dev {
+		name, usage = "dev", devUsage
+	}
+	fs := newFlags(e, name, usage)
+	fs.StringVar(&f.dir, "dir", ".", "the project folder, holding agentkit.yaml")
+	fs.StringVar(&f.stateRoot, "state-root", "", "the folder where this host keeps its state (default DIR/.agentkit; kept)")
+	fs.StringVar(&f.addr, "addr", server.DefaultAddr, "HOST:PORT to listen on; port 0 picks a free port")
+	fs.StringVar(&f.storage, "storage", "", "store URL, overriding storage: in agentkit.yaml (empty: the embedded SQLite store under the state root)")
+	fs.StringVar(&f.serving, "serving", "", "serving mode, overriding serving: in agentkit.yaml: local or ledger")
+	fs.StringVar(&f.authToken, "auth-token", "", "bearer token every /v1/ route requires (empty: no auth; only allowed on loopback unless --insecure)")
+	if !dev {
+		fs.BoolVar(&f.insecure, "insecure", false, "allow a non-loopback --addr without --auth-token")
+	}
+	fs.Var(&f.maxBody, "max-body-bytes", "request body limit, such as 1MiB; larger bodies get 413")
+	fs.DurationVar(&f.shutdownTimeout, "shutdown-timeout", server.DefaultShutdownTimeout, "how long to let running turns finish after SIGINT or SIGTERM")
+	logFormat, logLevel := "json", "info"
+	if dev {
+		logFormat, logLevel = "text", "debug"
+	}
+	fs.StringVar(&f.logFormat, "log-format", logFormat, "log format on standard error: json or text")
+	fs.StringVar(&f.logLevel, "log-level", logLevel, "log level: debug, info, warn or error")
+	pos, err := parseFlags(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return usagef("%s takes no arguments, got %q; the project folder is --dir", name, pos[0])
+	}
+	if f.shutdownTimeout <= 0 {
+		return usagef("--shutdown-timeout %s: use a positive duration such as 30s", f.shutdownTimeout)
+	}
+	if dev {
+		host, _, err := net.SplitHostPort(f.addr)
+		if err == nil && !server.IsLoopback(host) {
+			return usagef("--addr %s: dev listens on loopback only (127.0.0.1, ::1 or localhost); use agentkit serve for other addresses", f.addr)
+		}
+	}
+	if err := server.CheckAddr(f.addr, f.authToken, f.insecure); err != nil {
+		return usagef("--addr: %s", strings.TrimPrefix(err.Error(), "server: "))
+	}
+	if strings.ContainsAny(f.authToken, " \t\r\n") {
+		return usagef("--auth-token: the token contains white space; use printable characters without spaces")
+	}
+	log, err := newLogger(e.stderr, f.logFormat, f.logLevel)
+	if err != nil {
+		return err
+	}
+	p, err := loadProject(f.dir)
+	if err != nil {
+		return err
+	}
+	if f.stateRoot == "" {
+		f.stateRoot = filepath.Join(p.dir, ".agentkit")
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	go func() {
+		<-ctx.Done()
+		stop() // a second signal ends the process at once
+	}()
+	rc, closeStore, err := p.runtimeConfig(ctx, f.serving, f.storage)
+	if err != nil {
+		return err
+	}
+	defer closeStore()
+	rc.StateRoot = f.stateRoot
+	rc.Logger = log
+	err = server.Serve(ctx, rc, server.Config{
+		Options: server.Options{
+			AuthToken:    f.authToken,
+			MaxBodyBytes: int64(f.maxBody),
+			Version:      Version,
+			Logger:       log,
+		},
+		Addr:            f.addr,
+		Insecure:        f.insecure,
+		ShutdownTimeout: f.shutdownTimeout,
+		OnListen: func(a net.Addr) {
+			fmt.Fprintf(e.stdout, "listening on http://%s\n", a)
+		},
+	})
+	if errors.Is(err, server.ErrInsecure) {
+		return usagef("%v", err)
+	}
+	return err
+}

@@ -1,0 +1,189 @@
+package server
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+
+	"agentkit/agent"
+)
+
+// Error codes of the JSON error answers.
+const (
+	CodeInvalid          = "invalid_request"    // 400: the message names the field
+	CodeReservedPath     = "reserved_path"      // 400: a workspace file under memory/
+	CodeUnauthorized     = "unauthorized"       // 401
+	CodeNotFound         = "not_found"          // 404: no such route
+	CodeUnknownToken     = "unknown_token"      // 404
+	CodeSessionNotFound  = "session_not_found"  // 404
+	CodeReminderNotFound = "reminder_not_found" // 404
+	CodeMethodNotAllowed = "method_not_allowed" // 405
+	CodeSessionBusy      = "session_busy"       // 409
+	CodeTooLarge         = "body_too_large"     // 413
+	CodeStoreUnavailable = "store_unavailable"  // 503
+	CodeShuttingDown     = "shutting_down"      // 503
+	CodeInternal         = "internal"           // 500
+)
+
+// errorBody is the JSON shape of every error answer.
+type errorBody struct {
+	Error errorDetail `json:"error"`
+}
+
+type errorDetail struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		writeError(w, http.StatusInternalServerError, CodeInternal, "encoding the answer failed")
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	w.Write(buf.Bytes())
+}
+
+func writeError(w http.ResponseWriter, status int, code, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	b, _ := json.Marshal(errorBody{Error: errorDetail{Code: code, Message: msg}})
+	w.Write(append(b, '\n'))
+}
+
+// classify maps an error of the runtime (or of reading the request) to a
+// status, a code and a message for the client.
+func (s *Server) classify(r *http.Request, err error) (int, string, string) {
+	var ie *agent.InvalidError
+	var mb *http.MaxBytesError
+	var be *bodyError
+	switch {
+	case errors.As(err, &mb):
+		return http.StatusRequestEntityTooLarge, CodeTooLarge, fmt.Sprintf("the request body is over the %d-byte limit; send less, or raise the server's --max-body-bytes", mb.Limit)
+	case errors.As(err, &be):
+		return http.StatusBadRequest, CodeInvalid, be.msg
+	case errors.Is(err, agent.ErrReservedPath) && errors.As(err, &ie):
+		return http.StatusBadRequest, CodeReservedPath, fieldMessage(ie)
+	case errors.As(err, &ie):
+		return http.StatusBadRequest, CodeInvalid, fieldMessage(ie)
+	case errors.Is(err, agent.ErrUnknownToken):
+		return http.StatusNotFound, CodeUnknownToken, "no session has this continuation token; start a new session with POST /v1/sessions"
+	case errors.Is(err, agent.ErrSessionNotFound):
+		return http.StatusNotFound, CodeSessionNotFound, "no session has this id"
+	case errors.Is(err, agent.ErrReminderNotFound):
+		return http.StatusNotFound, CodeReminderNotFound, "no reminder has this id"
+	case errors.Is(err, agent.ErrStoreUnavailable):
+		s.log.Warn("server: the store is unavailable", "requestId", requestID(r.Context()), "error", err)
+		return http.StatusServiceUnavailable, CodeStoreUnavailable, "the store is unavailable; retry later (the server log has the details)"
+	case errors.Is(err, agent.ErrBusy):
+		return http.StatusConflict, CodeSessionBusy, "another turn of this session is running; retry when it ends"
+	case errors.Is(err, agent.ErrClosed):
+		return http.StatusServiceUnavailable, CodeShuttingDown, "the server is shutting down; retry on another host or after the restart"
+	}
+	id := requestID(r.Context())
+	s.log.Error("server: request failed", "requestId", id, "error", err)
+	return http.StatusInternalServerError, CodeInternal, "internal error; the server log has the details (request id " + id + ")"
+}
+
+func fieldMessage(ie *agent.InvalidError) string {
+	return ie.Field + ": " + ie.Message
+}
+
+func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
+	status, code, msg := s.classify(r, err)
+	if status == http.StatusServiceUnavailable {
+		w.Header().Set("Retry-After", "5")
+	}
+	writeError(w, status, code, msg)
+}
+
+// bodyError is a request body that is not what the route takes. Its
+// message names the field.
+type bodyError struct{ msg string }
+
+func (e *bodyError) Error() string { return e.msg }
+
+func badBody(format string, args ...any) error {
+	return &bodyError{msg: fmt.Sprintf(format, args...)}
+}
+
+// decodeBody reads a JSON object into v: at most the body limit, no
+// unknown fields, nothing after the object. allowed lists the fields for
+// the error message.
+func (s *Server) decodeBody(w http.ResponseWriter, r *http.Request, v any, allowed string) error {
+	body := http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes)
+	data, err := io.ReadAll(body)
+	if err != nil {
+		var mb *http.MaxBytesError
+		if errors.As(err, &mb) {
+			return mb
+		}
+		return badBody("reading the request body failed: %v", err)
+	}
+	if len(bytes.TrimSpace(data)) == 0 {
+		return badBody("the request body is empty; send a JSON object with %s", allowed)
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return jsonError(err, allowed)
+	}
+	if dec.More() {
+		return badBody("the request body holds more than one JSON value; send one object")
+	}
+	return nil
+}
+
+// jsonError words a decoding error, naming the field.
+func jsonError(err error, allowed string) error {
+	var te *json.UnmarshalTypeError
+	var se *json.SyntaxError
+	switch {
+	case errors.As(err, &te):
+		if te.Field == "" {
+			return badBody("the request body must be a JSON object with %s, not a JSON %s", allowed, te.Value)
+		}
+		return badBody("%s: expected %s, found a JSON %s", te.Field, jsonKind(te.Type.Kind().String()), te.Value)
+	case errors.As(err, &se):
+		return badBody("the request body is not valid JSON (at byte %d): %s", se.Offset, strings.TrimPrefix(se.Error(), "json: "))
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return badBody("the request body is cut short: it is not a complete JSON object")
+	}
+	msg := err.Error()
+	if f, ok := strings.CutPrefix(msg, "json: unknown field "); ok {
+		return badBody("%s: unknown field; the allowed fields are %s", strings.Trim(f, `"`), allowed)
+	}
+	return badBody("the request body is not valid: %s", strings.TrimPrefix(msg, "json: "))
+}
+
+func jsonKind(k string) string {
+	switch k {
+	case "string":
+		return "a string"
+	case "map", "struct":
+		return "an object"
+	case "slice":
+		return "an array"
+	case "bool":
+		return "true or false"
+	case "ptr":
+		return "a value"
+	}
+	return "a number"
+}
+
+// logAttrsOf is slog attributes for an error answer streamed after the
+// headers were sent.
+func logAttrsOf(r *http.Request, err error) []any {
+	return []any{slog.String("requestId", requestID(r.Context())), slog.Any("error", err)}
+}

@@ -1,0 +1,172 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"agentkit/agent"
+)
+
+// DefaultAddr is the address Serve listens on when Config.Addr is empty:
+// loopback only.
+const DefaultAddr = "127.0.0.1:8080"
+
+// DefaultShutdownTimeout is how long Serve waits for running requests when
+// its context ends, if Config.ShutdownTimeout is zero.
+const DefaultShutdownTimeout = 2 * time.Minute
+
+// ErrInsecure is returned by CheckAddr and Serve for a non-loopback
+// address without an auth token and without Config.Insecure.
+var ErrInsecure = errors.New("server: refusing to serve a non-loopback address without an auth token")
+
+// Config configures Serve: the handler's Options and the listener.
+type Config struct {
+	Options
+	// Addr is the HOST:PORT to listen on; empty means DefaultAddr. Port 0
+	// picks a free port (OnListen reports it).
+	Addr string
+	// Insecure allows a non-loopback Addr without an AuthToken.
+	Insecure bool
+	// ShutdownTimeout bounds the wait for running requests (turns) once
+	// the context ends; after it, running turns are canceled and their
+	// connections closed. Zero means DefaultShutdownTimeout.
+	ShutdownTimeout time.Duration
+	// OnListen, when set, is called once the runtime is open and the
+	// listener bound, with the listener's address, just before requests
+	// are served.
+	OnListen func(addr net.Addr)
+}
+
+// Serve runs an agent's HTTP API until ctx ends. It checks the address
+// (CheckAddr), binds it, opens the runtime with rc (adding the metrics set
+// to rc.Observer and defaulting rc.Logger to the Options' logger), and
+// serves. When ctx ends it stops accepting connections, ends live event
+// streams, waits up to ShutdownTimeout for running requests, so turns in
+// flight finish and are recorded, then closes the runtime. It returns nil
+// after such a shutdown.
+func Serve(ctx context.Context, rc agent.Config, c Config) error {
+	if c.Addr == "" {
+		c.Addr = DefaultAddr
+	}
+	if err := CheckAddr(c.Addr, c.AuthToken, c.Insecure); err != nil {
+		return err
+	}
+	if c.ShutdownTimeout <= 0 {
+		c.ShutdownTimeout = DefaultShutdownTimeout
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Metrics == nil {
+		c.Metrics = NewMetrics()
+	}
+	if rc.Observer != nil {
+		rc.Observer = observers{rc.Observer, c.Metrics}
+	} else {
+		rc.Observer = c.Metrics
+	}
+	if rc.Logger == nil {
+		rc.Logger = c.Logger
+	}
+
+	ln, err := net.Listen("tcp", c.Addr)
+	if err != nil {
+		return fmt.Errorf("server: listening on %s: %w", c.Addr, err)
+	}
+	defer ln.Close()
+	rt, err := agent.Open(ctx, rc)
+	if err != nil {
+		return err
+	}
+	h, err := New(rt, c.Options)
+	if err != nil {
+		rt.Close()
+		return err
+	}
+	srv := &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       2 * time.Minute, // the body; turns run after it is read
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(c.Logger.Handler(), slog.LevelWarn),
+		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
+	}
+	srv.RegisterOnShutdown(h.Drain)
+
+	info := rt.Info()
+	c.Logger.Info("serving",
+		slog.String("agent", info.Agent),
+		slog.String("addr", ln.Addr().String()),
+		slog.String("storage", info.Storage.Name),
+		slog.String("stateRoot", info.StateRoot),
+		slog.String("serving", info.Serving),
+		slog.Bool("auth", c.AuthToken != ""),
+		slog.Bool("memory", info.Memory))
+	if c.OnListen != nil {
+		c.OnListen(ln.Addr())
+	}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+
+	var serveErr error
+	select {
+	case serveErr = <-served:
+	case <-ctx.Done():
+		c.Logger.Info("shutting down: finishing running requests", slog.String("timeout", c.ShutdownTimeout.String()))
+	}
+	h.Drain()
+	sctx, cancel := context.WithTimeout(context.Background(), c.ShutdownTimeout)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		c.Logger.Warn("shutdown timed out: canceling running turns", "error", err)
+		h.cancelTurns()
+		srv.Close()
+	}
+	if err := rt.Close(); err != nil {
+		return fmt.Errorf("server: closing the runtime: %w", err)
+	}
+	c.Logger.Info("stopped")
+	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) {
+		return fmt.Errorf("server: %w", serveErr)
+	}
+	return nil
+}
+
+// CheckAddr checks a listen address: HOST:PORT with a numeric port, and,
+// unless insecure, a loopback host when token is empty. A non-loopback
+// address without a token is ErrInsecure with a message saying what to
+// do.
+func CheckAddr(addr, token string, insecure bool) error {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("server: the address %q is not HOST:PORT (such as 127.0.0.1:8080, or :8080 for every interface)", addr)
+	}
+	if _, err := net.LookupPort("tcp", port); err != nil || port == "" {
+		return fmt.Errorf("server: the address %q has no valid port; use a port number such as 8080, or 0 for any free port", addr)
+	}
+	if token == "" && !insecure && !IsLoopback(host) {
+		where := host
+		if where == "" {
+			where = "every interface"
+		}
+		return fmt.Errorf("%w: %s listens on %s; set --auth-token (or AGENTKIT_AUTH_TOKEN), listen on 127.0.0.1, or pass --insecure to serve it open", ErrInsecure, addr, where)
+	}
+	return nil
+}
+
+// IsLoopback reports whether host (an address's host part) only reaches
+// this machine: localhost or a loopback IP. The empty host (every
+// interface) is not.
+func IsLoopback(host string) bool {
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(strings.Trim(host, "[]"))
+	return ip != nil && ip.IsLoopback()
+}

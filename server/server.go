@@ -1,0 +1,359 @@
+// Package server is agentkit's HTTP API: the session, event, reminder and
+// info routes of an agent runtime (package agent), health and Prometheus
+// metrics, bearer-token auth and request logging, on net/http alone.
+//
+// A program that defines its agent in Go serves it with Serve:
+//
+//	err := server.Serve(ctx, agent.Config{Agent: a, StateRoot: ".agentkit"}, server.Config{
+//		Addr:    "127.0.0.1:8080",
+//		Options: server.Options{AuthToken: os.Getenv("AGENTKIT_AUTH_TOKEN")},
+//	})
+//
+// Serve opens the runtime with the metrics observer, listens, and on ctx's
+// end stops accepting requests, lets running turns finish and closes the
+// runtime. To mount the API in a server of your own, open the runtime with
+// a Metrics as its Observer and call New.
+//
+// Every error is JSON, {"error": {"code": "...", "message": "..."}}: 400
+// bad input (the message names the field), 401 a missing or wrong bearer
+// token, 404 an unknown route, session, token or reminder, 405 a method a
+// route does not take, 409 a session busy past the request's deadline, 413
+// a body over the limit, 503 the store unavailable or the server shutting
+// down. docs/http-api.md lists the routes.
+//
+// The package imports no store driver: programs blank-import the drivers
+// they open by URL.
+package server
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
+	"errors"
+	"log/slog"
+	"net/http"
+	"path"
+	"strings"
+	"sync"
+	"time"
+
+	"agentkit/agent"
+)
+
+// DefaultMaxBodyBytes is the request body limit when Options.MaxBodyBytes
+// is zero: 1 MiB.
+const DefaultMaxBodyBytes = 1 << 20
+
+// DefaultKeepAlive is how often an idle event stream gets a comment line
+// when Options.KeepAlive is zero, so proxies keep the connection open.
+const DefaultKeepAlive = 15 * time.Second
+
+// Options configures the handler New returns.
+type Options struct {
+	// AuthToken, when set, is the bearer token every /v1/ route requires
+	// (Authorization: Bearer <token>). /healthz and /metrics stay open.
+	AuthToken string
+	// MaxBodyBytes limits request bodies; a larger body is answered 413.
+	// Zero means DefaultMaxBodyBytes.
+	MaxBodyBytes int64
+	// Version is reported by GET /v1/info and the agentkit_build_info
+	// metric.
+	Version string
+	// Logger receives one record per request (never tokens or message
+	// bodies) and the errors behind 500 answers; nil means slog.Default().
+	Logger *slog.Logger
+	// Metrics is the metrics set GET /metrics exports. Pass the one given
+	// to the runtime as its Observer so turn and store metrics appear; nil
+	// means a new set with the HTTP metrics only.
+	Metrics *Metrics
+	// KeepAlive is the comment interval of idle event streams; zero means
+	// DefaultKeepAlive.
+	KeepAlive time.Duration
+}
+
+// Server is the HTTP API of one agent runtime. It is an http.Handler, safe
+// for concurrent use.
+type Server struct {
+	rt        *agent.Runtime
+	opts      Options
+	log       *slog.Logger
+	metrics   *Metrics
+	mux       *http.ServeMux
+	tokenHash []byte // sha256 of the token; nil when auth is off
+
+	drainOnce sync.Once
+	draining  chan struct{} // closed by Drain
+
+	// turns is the parent of every turn's context: not canceled when a
+	// client goes away (a turn that started finishes and is recorded), only
+	// by cancelTurns when a shutdown runs out of time.
+	turns       context.Context
+	cancelTurns context.CancelFunc
+}
+
+// New returns the HTTP API of rt. The runtime stays the caller's to close,
+// after the HTTP server has shut down.
+func New(rt *agent.Runtime, opts Options) (*Server, error) {
+	if rt == nil {
+		return nil, errors.New("server: New needs a runtime; open one with agent.Open")
+	}
+	if opts.MaxBodyBytes < 0 {
+		return nil, errors.New("server: Options.MaxBodyBytes is negative; use 0 for the default or a positive limit")
+	}
+	if opts.MaxBodyBytes == 0 {
+		opts.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if opts.KeepAlive <= 0 {
+		opts.KeepAlive = DefaultKeepAlive
+	}
+	if strings.ContainsAny(opts.AuthToken, " \t\r\n") {
+		return nil, errors.New("server: the auth token contains white space; use a token of printable characters without spaces")
+	}
+	s := &Server{
+		rt:       rt,
+		opts:     opts,
+		log:      opts.Logger,
+		metrics:  opts.Metrics,
+		mux:      http.NewServeMux(),
+		draining: make(chan struct{}),
+	}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	if s.metrics == nil {
+		s.metrics = NewMetrics()
+	}
+	s.metrics.setBuildInfo(opts.Version)
+	if opts.AuthToken != "" {
+		h := sha256.Sum256([]byte(opts.AuthToken))
+		s.tokenHash = h[:]
+	}
+	s.turns, s.cancelTurns = context.WithCancel(context.Background())
+	s.routes()
+	return s, nil
+}
+
+func (s *Server) routes() {
+	s.mux.HandleFunc("POST /v1/sessions", s.startSession)
+	s.mux.HandleFunc("POST /v1/sessions/continue", s.continueSession)
+	s.mux.HandleFunc("GET /v1/sessions", s.listSessions)
+	s.mux.HandleFunc("GET /v1/sessions/{id}", s.getSession)
+	s.mux.HandleFunc("GET /v1/sessions/{id}/events", s.sessionEvents)
+	s.mux.HandleFunc("DELETE /v1/sessions/{id}", s.deleteSession)
+	s.mux.HandleFunc("POST /v1/reminders", s.createReminder)
+	s.mux.HandleFunc("GET /v1/reminders", s.listReminders)
+	s.mux.HandleFunc("DELETE /v1/reminders/{id}", s.deleteReminder)
+	s.mux.HandleFunc("GET /v1/info", s.info)
+	s.mux.HandleFunc("GET /healthz", s.healthz)
+	s.mux.Handle("GET /metrics", s.metrics.Handler())
+}
+
+// Drain ends the live event streams and makes /healthz answer 503, while
+// requests running turns go on. Serve calls it when shutting down; a
+// program with its own http.Server registers it with RegisterOnShutdown so
+// that Shutdown does not wait for streams that never end.
+func (s *Server) Drain() {
+	s.drainOnce.Do(func() { close(s.draining) })
+}
+
+func (s *Server) isDraining() bool {
+	select {
+	case <-s.draining:
+		return true
+	default:
+		return false
+	}
+}
+
+// turnContext returns the context a turn runs with: r's values, canceled
+// only when the server gives up on running turns, not when the client goes
+// away.
+func (s *Server) turnContext(r *http.Request) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(context.WithoutCancel(r.Context()))
+	stop := context.AfterFunc(s.turns, cancel)
+	return ctx, func() { stop(); cancel() }
+}
+
+// ServeHTTP routes a request: auth for /v1/ routes, the route's handler,
+// JSON errors for unknown routes and methods, and the request's log record
+// and metrics.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	rw := &responseWriter{ResponseWriter: w}
+	reqID := r.Header.Get("X-Request-Id")
+	if reqID == "" || len(reqID) > 128 {
+		reqID = newRequestID()
+	}
+	rw.Header().Set("X-Request-Id", reqID)
+	h, pattern := s.mux.Handler(r)
+	route := pattern
+	if route == "" {
+		route = "unmatched"
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			if p == http.ErrAbortHandler {
+				panic(p)
+			}
+			s.log.Error("server: handler panicked", "requestId", reqID, "route", route, "panic", p)
+			if !rw.wroteHeader {
+				writeError(rw, http.StatusInternalServerError, CodeInternal, "internal error; the server log has the details (request id "+reqID+")")
+			}
+		}
+		d := time.Since(start)
+		status := rw.status
+		if status == 0 {
+			status = http.StatusOK
+		}
+		s.metrics.httpRequest(route, status, d)
+		level := slog.LevelInfo
+		if pattern == "GET /healthz" || pattern == "GET /metrics" {
+			level = slog.LevelDebug // probes and scrapes would drown the log
+		}
+		s.log.LogAttrs(r.Context(), level, "http request",
+			slog.String("method", r.Method),
+			slog.String("route", route),
+			slog.String("path", r.URL.Path),
+			slog.Int("status", status),
+			slog.Int64("bytes", rw.bytes),
+			slog.Float64("durationMs", float64(d.Microseconds())/1000),
+			slog.String("remote", r.RemoteAddr),
+			slog.String("requestId", reqID),
+		)
+	}()
+	if strings.HasPrefix(path.Clean("/"+r.URL.Path)+"/", "/v1/") && !s.authorized(rw, r) {
+		return
+	}
+	if pattern == "" {
+		s.unmatched(rw, r, h)
+		return
+	}
+	ctx := context.WithValue(r.Context(), requestIDKey{}, reqID)
+	s.mux.ServeHTTP(rw, r.WithContext(ctx)) // sets the path values
+}
+
+// unmatched answers a request no route took, in the JSON error shape:
+// 405 with the Allow header when the path exists for other methods, 404
+// otherwise (the mux's own answer decides which).
+func (s *Server) unmatched(w http.ResponseWriter, r *http.Request, h http.Handler) {
+	probe := &statusProbe{header: http.Header{}}
+	h.ServeHTTP(probe, r)
+	switch probe.status {
+	case http.StatusMethodNotAllowed:
+		allow := probe.header.Get("Allow")
+		w.Header().Set("Allow", allow)
+		writeError(w, http.StatusMethodNotAllowed, CodeMethodNotAllowed, r.Method+" is not allowed on "+r.URL.Path+"; allowed: "+allow)
+	case http.StatusMovedPermanently, http.StatusTemporaryRedirect, http.StatusPermanentRedirect:
+		for k, v := range probe.header {
+			w.Header()[k] = v
+		}
+		w.WriteHeader(probe.status)
+	default:
+		writeError(w, http.StatusNotFound, CodeNotFound, "no route "+r.Method+" "+r.URL.Path+"; docs/http-api.md lists the routes")
+	}
+}
+
+// authorized checks the bearer token, answering 401 when it is missing or
+// wrong. The comparison takes the same time whatever the token sent.
+func (s *Server) authorized(w http.ResponseWriter, r *http.Request) bool {
+	if s.tokenHash == nil {
+		return true
+	}
+	h := r.Header.Get("Authorization")
+	scheme, tok, ok := strings.Cut(h, " ")
+	if h == "" || !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(tok) == "" {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="agentkit"`)
+		writeError(w, http.StatusUnauthorized, CodeUnauthorized, "this route needs a bearer token: send the header Authorization: Bearer <token> with the server's --auth-token")
+		return false
+	}
+	sum := sha256.Sum256([]byte(strings.TrimSpace(tok)))
+	if subtle.ConstantTimeCompare(sum[:], s.tokenHash) != 1 {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="agentkit", error="invalid_token"`)
+		writeError(w, http.StatusUnauthorized, CodeUnauthorized, "the bearer token is wrong; send the server's --auth-token")
+		return false
+	}
+	return true
+}
+
+func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
+	if s.isDraining() {
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "draining"})
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+// infoResponse is GET /v1/info: the runtime's Info and the version.
+type infoResponse struct {
+	agent.Info
+	Version string `json:"version"`
+}
+
+func (s *Server) info(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, infoResponse{Info: s.rt.Info(), Version: s.opts.Version})
+}
+
+type requestIDKey struct{}
+
+func newRequestID() string {
+	b := make([]byte, 8)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func requestID(ctx context.Context) string {
+	id, _ := ctx.Value(requestIDKey{}).(string)
+	return id
+}
+
+// responseWriter records the status and size of an answer.
+type responseWriter struct {
+	http.ResponseWriter
+	status      int
+	bytes       int64
+	wroteHeader bool
+}
+
+func (w *responseWriter) WriteHeader(code int) {
+	if !w.wroteHeader {
+		w.status, w.wroteHeader = code, true
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *responseWriter) Write(b []byte) (int, error) {
+	if !w.wroteHeader {
+		w.status, w.wroteHeader = http.StatusOK, true
+	}
+	n, err := w.ResponseWriter.Write(b)
+	w.bytes += int64(n)
+	return n, err
+}
+
+// Unwrap lets http.ResponseController reach the connection (Flush, write
+// deadlines).
+func (w *responseWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// statusProbe captures the status and headers the mux's fallback handler
+// would send, and drops its plain-text body.
+type statusProbe struct {
+	header http.Header
+	status int
+}
+
+func (p *statusProbe) Header() http.Header { return p.header }
+
+func (p *statusProbe) Write(b []byte) (int, error) {
+	if p.status == 0 {
+		p.status = http.StatusOK
+	}
+	return len(b), nil
+}
+
+func (p *statusProbe) WriteHeader(code int) {
+	if p.status == 0 {
+		p.status = code
+	}
+}
