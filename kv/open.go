@@ -69,9 +69,42 @@ func Open(ctx context.Context, rawURL string) (*DB, error) {
 	}
 	db, err := open(ctx, u)
 	if err != nil {
-		return nil, fmt.Errorf("kv: open %s: %w", u.Redacted(), err)
+		return nil, fmt.Errorf("kv: open %s: %w", RedactURL(u), err)
 	}
 	return db, nil
+}
+
+// RedactURL returns u as a string fit for logs and errors: a password, a
+// bare user name (which may be a token, as in nats://TOKEN@host) and the
+// values of query parameters whose names suggest a secret are replaced by
+// "REDACTED".
+func RedactURL(u *url.URL) string {
+	c := *u
+	if c.User != nil {
+		if _, hasPassword := c.User.Password(); hasPassword {
+			c.User = url.UserPassword(c.User.Username(), "REDACTED")
+		} else {
+			c.User = url.User("REDACTED") // a bare user may be a token
+		}
+	}
+	if c.RawQuery != "" {
+		q := c.Query()
+		changed := false
+		for name := range q {
+			n := strings.ToLower(name)
+			for _, secret := range []string{"password", "passwd", "secret", "token", "key", "creds", "credential"} {
+				if strings.Contains(n, secret) {
+					q[name] = []string{"REDACTED"}
+					changed = true
+					break
+				}
+			}
+		}
+		if changed {
+			c.RawQuery = q.Encode()
+		}
+	}
+	return c.String()
 }
 
 func schemeList() string {

@@ -186,3 +186,20 @@ func TestSchemesSorted(t *testing.T) {
 		}
 	}
 }
+
+func TestRedactURLHidesUserInfoAndSecretParameters(t *testing.T) {
+	for _, raw := range []string{
+		"nats://s3cr3t@127.0.0.1:4222?bucket=b",
+		"postgres://user:s3cr3t@db/test?table=t",
+		"s3://bucket/p?endpoint=http://x&secret_key=s3cr3t",
+		"redis://h:6379?password=s3cr3t",
+	} {
+		u, err := url.Parse(raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := kv.RedactURL(u); strings.Contains(got, "s3cr3t") || !strings.Contains(got, "REDACTED") {
+			t.Errorf("RedactURL(%q) = %q", raw, got)
+		}
+	}
+}

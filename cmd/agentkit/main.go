@@ -10,8 +10,10 @@ import (
 	// The drivers the command can open by URL.
 	_ "agentkit/kv/filekv"
 	_ "agentkit/kv/memkv"
+	_ "agentkit/kv/natskv"
 	_ "agentkit/kv/pgkv"
 	_ "agentkit/kv/rediskv"
+	_ "agentkit/kv/s3kv"
 	_ "agentkit/kv/sqlitekv"
 )
 

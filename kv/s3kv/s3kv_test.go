@@ -1,0 +1,488 @@
+package s3kv_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/url"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/aws-sdk-go-v2/service/s3/types"
+
+	"agentkit/internal/testenv"
+	"agentkit/kv"
+	"agentkit/kv/kvtest"
+	"agentkit/kv/s3kv"
+)
+
+const howto = `Start versitygw with: eval "$(scripts/versitygw.sh start)" (it sets AGENTKIT_TEST_S3=s3://KEY:SECRET@BUCKET/?endpoint=http://127.0.0.1:PORT&region=us-east-1); stop it with scripts/versitygw.sh stop.`
+
+// baseURL returns AGENTKIT_TEST_S3, skipping (failing in CI) when it is
+// unset or the server does not answer.
+func baseURL(t testing.TB) *url.URL {
+	t.Helper()
+	raw := testenv.Getenv("AGENTKIT_TEST_S3", "")
+	if raw == "" {
+		testenv.Unavailable(t, "an S3 server", howto, errors.New("AGENTKIT_TEST_S3 is not set"))
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		t.Fatalf("AGENTKIT_TEST_S3 does not parse as a URL")
+	}
+	db, err := kv.Open(t.Context(), raw)
+	if err != nil {
+		testenv.Unavailable(t, "the S3 server of AGENTKIT_TEST_S3 ("+u.Redacted()+")", howto, err)
+	}
+	db.Close()
+	return u
+}
+
+func randomName(prefix string) string {
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	return prefix + hex.EncodeToString(b)
+}
+
+// withPrefix returns the URL with the folder dir appended to its prefix.
+func withPrefix(u *url.URL, dir string) string {
+	c := *u
+	c.Path = strings.TrimSuffix(u.Path, "/") + "/" + dir + "/"
+	return c.String()
+}
+
+// removeAll deletes every object under the store's prefix.
+func removeAll(t testing.TB, raw string) {
+	db, err := kv.Open(context.Background(), raw)
+	if err != nil {
+		t.Logf("clean-up: %v", err)
+		return
+	}
+	defer db.Close()
+	st := db.Backend().(*s3kv.Store)
+	ctx := context.Background()
+	pages := s3.NewListObjectsV2Paginator(st.Client(), &s3.ListObjectsV2Input{Bucket: aws.String(st.Bucket()), Prefix: aws.String(st.Prefix())})
+	for pages.HasMorePages() {
+		page, err := pages.NextPage(ctx)
+		if err != nil {
+			t.Errorf("clean-up: list: %v", err)
+			return
+		}
+		if len(page.Contents) == 0 {
+			continue
+		}
+		ids := make([]types.ObjectIdentifier, len(page.Contents))
+		for i, o := range page.Contents {
+			ids[i] = types.ObjectIdentifier{Key: o.Key}
+		}
+		if _, err := st.Client().DeleteObjects(ctx, &s3.DeleteObjectsInput{Bucket: aws.String(st.Bucket()), Delete: &types.Delete{Objects: ids, Quiet: aws.Bool(true)}}); err != nil {
+			t.Errorf("clean-up: delete: %v", err)
+			return
+		}
+	}
+}
+
+// namespace makes a fresh prefix, emptied when the test ends, and returns
+// an opener that makes a new client (its own connections) on every call.
+func namespace(t testing.TB) kvtest.Opener {
+	raw := withPrefix(baseURL(t), randomName("kvtest-"))
+	t.Cleanup(func() { removeAll(t, raw) })
+	return func(t testing.TB) *kv.DB {
+		t.Helper()
+		db, err := kv.Open(context.Background(), raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return db
+	}
+}
+
+// harness runs the whole suite, its 10,000-key listing check included
+// (about a minute against versitygw on this 2-core machine: every key is a
+// file).
+func harness() kvtest.Harness {
+	return kvtest.Harness{NewNamespace: namespace, Shared: true}
+}
+
+func TestConformance(t *testing.T) {
+	kvtest.Run(t, harness())
+}
+
+// Two independent clients race conditional writes on the same keys: one
+// creation per key, one winner per version.
+func TestTwoClientsRace(t *testing.T) {
+	open := namespace(t)
+	a, b := open(t), open(t)
+	defer a.Close()
+	defer b.Close()
+	ctx := context.Background()
+	clients := []*kv.DB{a, b}
+
+	const keys = 4
+	var created [keys]atomic.Int32
+	var wg sync.WaitGroup
+	for i := range 6 {
+		wg.Go(func() {
+			for k := range keys {
+				_, err := clients[i%2].PutIfAbsent(ctx, fmt.Sprint("race/", k), []byte{byte(i)})
+				switch {
+				case err == nil:
+					created[k].Add(1)
+				case !errors.Is(err, kv.ErrConflict):
+					t.Errorf("PutIfAbsent: %v", err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	for k := range keys {
+		if n := created[k].Load(); n != 1 {
+			t.Errorf("key race/%d created %d times, want exactly once", k, n)
+		}
+	}
+	for round := range 10 {
+		_, ver, err := a.GetWithVersion(ctx, "race/0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var wins atomic.Int32
+		var won atomic.Value
+		for i := range 4 {
+			wg.Go(func() {
+				v, err := clients[i%2].PutIfVersion(ctx, "race/0", []byte(fmt.Sprint(round, i)), ver)
+				switch {
+				case err == nil:
+					wins.Add(1)
+					won.Store(v)
+				case !errors.Is(err, kv.ErrConflict):
+					t.Errorf("PutIfVersion: %v", err)
+				}
+			})
+		}
+		wg.Wait()
+		if n := wins.Load(); n != 1 {
+			t.Fatalf("round %d: %d writers won against version %s, want exactly 1", round, n, ver)
+		}
+		if _, cur, err := b.GetWithVersion(ctx, "race/0"); err != nil || cur != won.Load().(kv.Version) {
+			t.Fatalf("round %d: the winner got %v, the other client reads %s (%v)", round, won.Load(), cur, err)
+		}
+	}
+}
+
+// The keys servers rewrite or refuse when used as object names all round
+// trip, side by side, and list exactly.
+func TestKeysServersMangle(t *testing.T) {
+	db := namespace(t)(t)
+	defer db.Close()
+	ctx := context.Background()
+	keys := []string{
+		"x", "x/child", "x/child/grandchild", "a/../x", "a/./x", "a//b", "a/", "/a", "..", ".",
+		".sgwtmp", "a/.sgwtmp/b", strings.Repeat("s", 300), strings.Repeat("s", 300) + "/t",
+		strings.Repeat("%", 1024), "a b", "a+b", "a?b#c", "ab", "a/b", "a/bc",
+	}
+	for _, k := range keys {
+		if err := db.Put(ctx, k, []byte(k)); err != nil {
+			t.Fatalf("Put(%q): %v", k, err)
+		}
+	}
+	for _, k := range keys {
+		if v, err := db.Get(ctx, k); err != nil || string(v) != k {
+			t.Errorf("Get(%q) = %q, %v", k, v, err)
+		}
+	}
+	slices.Sort(keys)
+	for _, prefix := range []string{"", "a", "a/", "x/", "x/child", "s", "%"} {
+		var got, want []string
+		for k, err := range db.ListKeys(ctx, prefix) {
+			if err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, k)
+		}
+		for _, k := range keys {
+			if strings.HasPrefix(k, prefix) {
+				want = append(want, k)
+			}
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("ListKeys(%q) = %q, want %q", prefix, got, want)
+		}
+	}
+	// Deleting "x" leaves the folder of "x/child" alone, and the reverse.
+	if err := db.Delete(ctx, "x"); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := db.Get(ctx, "x/child"); err != nil || string(v) != "x/child" {
+		t.Errorf("after Delete(x): Get(x/child) = %q, %v", v, err)
+	}
+	if err := db.Put(ctx, "x", []byte("again")); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Objects under the prefix that the driver did not write are not listed,
+// and reading one under a driver's name fails clearly (not as a miss).
+func TestForeignObjects(t *testing.T) {
+	db := namespace(t)(t)
+	defer db.Close()
+	ctx := context.Background()
+	st := db.Backend().(*s3kv.Store)
+	for _, name := range []string{"plain.txt", "dir/file", st.ObjectName("k")[len(st.Prefix()):]} {
+		_, err := st.Client().PutObject(ctx, &s3.PutObjectInput{Bucket: aws.String(st.Bucket()), Key: aws.String(st.Prefix() + name), Body: strings.NewReader("written by another program")})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := db.Put(ctx, "mine", []byte("v")); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for k, err := range db.ListKeys(ctx, "") {
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, k)
+	}
+	if want := []string{"k", "mine"}; !slices.Equal(got, want) {
+		t.Errorf("ListKeys = %q, want %q", got, want)
+	}
+	_, err := db.Get(ctx, "k")
+	if err == nil || errors.Is(err, kv.ErrNotFound) || !strings.Contains(err.Error(), "not written by this driver") {
+		t.Errorf("Get of a foreign object = %v, want an error saying it was not written by the driver", err)
+	}
+}
+
+// The stored body carries a nonce: identical values give distinct ETags,
+// and a raw reader sees the header in front of the value.
+func TestNonceInBody(t *testing.T) {
+	db := namespace(t)(t)
+	defer db.Close()
+	ctx := context.Background()
+	v1, err := db.PutIfAbsent(ctx, "k", []byte("same"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	v2, err := db.PutIfVersion(ctx, "k", []byte("same"), v1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v1 == v2 {
+		t.Fatalf("identical bytes kept the version %s", v1)
+	}
+	st := db.Backend().(*s3kv.Store)
+	out, err := st.Client().GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String(st.Bucket()), Key: aws.String(st.ObjectName("k"))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer out.Body.Close()
+	var buf bytes.Buffer
+	_, _ = buf.ReadFrom(out.Body)
+	if buf.Len() != 20+4 || !bytes.HasPrefix(buf.Bytes(), []byte("akv\x01")) || !bytes.HasSuffix(buf.Bytes(), []byte("same")) {
+		t.Errorf("stored body = %q, want the 20-byte header then the value", buf.Bytes())
+	}
+	if got := kv.Version(strings.Trim(aws.ToString(out.ETag), `"`)); got != v2 {
+		t.Errorf("the object's ETag is %s, the driver's version %s", got, v2)
+	}
+}
+
+func TestOpenURLForms(t *testing.T) {
+	base := baseURL(t)
+	ctx := context.Background()
+	user := base.User
+	if user == nil {
+		t.Skip("AGENTKIT_TEST_S3 carries no credentials in the URL; the URL-form checks need them")
+	}
+	access := user.Username()
+	secret, _ := user.Password()
+
+	t.Run("new bucket is created", func(t *testing.T) {
+		u := *base
+		u.Host = randomName("kvtest-bucket-")
+		u.Path = "/p/q/"
+		db, err := kv.Open(ctx, u.String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer db.Close()
+		st := db.Backend().(*s3kv.Store)
+		if st.Prefix() != "p/q/" {
+			t.Errorf("prefix = %q, want p/q/", st.Prefix())
+		}
+		if err := db.Put(ctx, "k", []byte("v")); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			if _, err := st.Client().DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: aws.String(u.Host), Key: aws.String(st.ObjectName("k"))}); err != nil {
+				t.Errorf("clean-up: %v", err)
+			}
+			if _, err := st.Client().DeleteBucket(ctx, &s3.DeleteBucketInput{Bucket: aws.String(u.Host)}); err != nil {
+				t.Errorf("clean-up: delete bucket %s: %v", u.Host, err)
+			}
+		})
+		if _, err := st.Client().HeadObject(ctx, &s3.HeadObjectInput{Bucket: aws.String(u.Host), Key: aws.String("p/q/k!")}); err != nil {
+			t.Errorf("the object is not where the URL says: %v", err)
+		}
+	})
+	t.Run("credentials from the environment", func(t *testing.T) {
+		u := *base
+		u.User = nil
+		t.Setenv("AWS_ACCESS_KEY_ID", access)
+		t.Setenv("AWS_SECRET_ACCESS_KEY", secret)
+		t.Setenv("AWS_REGION", "us-east-1")
+		db, err := kv.Open(ctx, u.String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer db.Close()
+		if _, err := db.Get(ctx, "missing"); !errors.Is(err, kv.ErrNotFound) {
+			t.Errorf("Get = %v, want ErrNotFound", err)
+		}
+	})
+	t.Run("prefix without trailing slash", func(t *testing.T) {
+		u := *base
+		u.Path = "/" + randomName("kvtest-")
+		db, err := kv.Open(ctx, u.String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer db.Close()
+		if p := db.Backend().(*s3kv.Store).Prefix(); p != u.Path[1:]+"/" {
+			t.Errorf("prefix = %q, want %q", p, u.Path[1:]+"/")
+		}
+	})
+	bad := func(mod func(*url.URL)) string {
+		u := *base
+		mod(&u)
+		return u.String()
+	}
+	for _, c := range []struct{ url, want string }{
+		{bad(func(u *url.URL) { u.Host = "" }), "no bucket"},
+		{bad(func(u *url.URL) { u.RawQuery += "&endpont=x" }), `unknown URL parameter "endpont"`},
+		{bad(func(u *url.URL) { u.RawQuery = "endpoint=ftp://x" }), "endpoint must be"},
+		{bad(func(u *url.URL) { u.RawQuery += "&path_style=maybe" }), "path_style"},
+		{bad(func(u *url.URL) { u.Path = "/a/../b/" }), "prefix"},
+		{bad(func(u *url.URL) { u.User = url.User(access) }), "without a secret"},
+	} {
+		db, err := kv.Open(ctx, c.url)
+		if err == nil {
+			db.Close()
+			t.Errorf("Open(%s) succeeded, want an error about %s", c.url, c.want)
+			continue
+		}
+		if !strings.Contains(err.Error(), c.want) {
+			t.Errorf("Open = %v, want it to mention %q", err, c.want)
+		}
+	}
+}
+
+// Secrets never show in errors: a refused secret, or a server that is not
+// there.
+func TestCredentialsNotInErrors(t *testing.T) {
+	base := baseURL(t)
+	ctx := context.Background()
+	const secret = "wrong-secret-value-31337"
+	for _, mod := range []func(*url.URL){
+		func(u *url.URL) { u.User = url.UserPassword("agentkit-test-access", secret) },
+		func(u *url.URL) {
+			u.User = url.UserPassword("agentkit-test-access", secret)
+			u.RawQuery = "endpoint=http://127.0.0.1:1&region=us-east-1"
+		},
+	} {
+		u := *base
+		mod(&u)
+		db, err := kv.Open(ctx, u.String())
+		if err == nil {
+			db.Close()
+			t.Errorf("Open with a wrong secret succeeded")
+			continue
+		}
+		if strings.Contains(err.Error(), secret) {
+			t.Errorf("the error shows the secret: %v", err)
+		}
+		t.Logf("error: %v", err)
+	}
+}
+
+// A Delete racing a conditional write must be ordered with it: when both
+// have returned, a PutIfVersion that won was followed by the delete (the
+// key is gone), and a PutIfAbsent that won came after it (the key holds
+// its value). A server that removes objects outside the lock of its
+// conditional writes breaks this when deletes use DeleteObject.
+func TestDeleteRacesConditionalWrites(t *testing.T) {
+	open := namespace(t)
+	a, b := open(t), open(t)
+	defer a.Close()
+	defer b.Close()
+	checkDeleteRaces(t, a, b)
+}
+
+func checkDeleteRaces(t *testing.T, a, b *kv.DB) {
+	ctx := context.Background()
+	for round := range 60 {
+		key := fmt.Sprint("del/", round)
+		ver, err := a.PutIfAbsent(ctx, key, []byte("old"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var wg sync.WaitGroup
+		var werr, derr error
+		if round%2 == 0 {
+			wg.Go(func() { _, werr = a.PutIfVersion(ctx, key, []byte("new"), ver) })
+		} else {
+			wg.Go(func() { _, werr = a.PutIfAbsent(ctx, key, []byte("new")) })
+		}
+		wg.Go(func() { derr = b.Delete(ctx, key) })
+		wg.Wait()
+		if derr != nil || (werr != nil && !errors.Is(werr, kv.ErrConflict)) {
+			t.Fatalf("round %d: write: %v, delete: %v", round, werr, derr)
+		}
+		v, err := a.Get(ctx, key)
+		present := err == nil
+		if err != nil && !errors.Is(err, kv.ErrNotFound) {
+			t.Fatal(err)
+		}
+		if round%2 == 0 && present {
+			t.Fatalf("round %d: PutIfVersion (%v) and Delete both returned, yet the key holds %q: the write landed after the delete", round, werr, v)
+		}
+		if round%2 == 1 && (werr == nil) != (present && string(v) == "new") {
+			t.Fatalf("round %d: PutIfAbsent returned %v, and afterwards the key is present=%v (%q)", round, werr, present, v)
+		}
+	}
+}
+
+// Open over a client the program owns: the store works through it, sees
+// what a URL-opened store wrote, and Close leaves the client usable.
+func TestOpenWithClient(t *testing.T) {
+	open := namespace(t)
+	db := open(t)
+	defer db.Close()
+	ctx := context.Background()
+	st := db.Backend().(*s3kv.Store)
+	if err := db.Put(ctx, "k", []byte("v")); err != nil {
+		t.Fatal(err)
+	}
+	own, err := s3kv.Open(ctx, st.Client(), &s3kv.Options{Bucket: st.Bucket(), Prefix: st.Prefix()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, err := own.Get(ctx, "k"); err != nil || string(v) != "v" {
+		t.Fatalf("Get through the caller's client = %q, %v", v, err)
+	}
+	if err := own.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Put(ctx, "k2", []byte("v")); err != nil {
+		t.Fatalf("the client stopped working after the other store closed: %v", err)
+	}
+	if _, err := s3kv.Open(ctx, st.Client(), nil); err == nil || !strings.Contains(err.Error(), "no bucket") {
+		t.Errorf("Open with nil options = %v, want an error naming the missing bucket", err)
+	}
+}
