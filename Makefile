@@ -1,6 +1,6 @@
-# make test runs every check and test (scripts/test.sh); make run runs one
-# turn of the example agent on the embedded default store.
-.PHONY: test check build run
+# make test runs every check and test (scripts/test.sh); make build builds
+# bin/agentkit.
+.PHONY: test check build
 
 test check:
 	bash scripts/test.sh
