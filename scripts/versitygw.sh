@@ -21,7 +21,7 @@ set -euo pipefail
 
 VERSION=v1.8.0
 CACHE=${AGENTKIT_TOOLS:-${XDG_CACHE_HOME:-$HOME/.cache}/agentkit-tools}
-BIN=$CACHE/bin/versitygw
+BIN=$CACHE/versitygw-$VERSION/versitygw
 STATE=${AGENTKIT_VGW_STATE:-${TMPDIR:-/tmp}/agentkit-versitygw}
 PORT=${AGENTKIT_VGW_PORT:-7070}
 ACCESS=agentkit-test-access
@@ -35,9 +35,9 @@ install() {
 		return
 	fi
 	command -v go >/dev/null || die "go is not on PATH; it is needed to build versitygw $VERSION"
-	echo "versitygw.sh: building versitygw $VERSION into $CACHE/bin (a few minutes the first time)" >&2
-	mkdir -p "$CACHE/bin"
-	GOBIN=$CACHE/bin go install "github.com/versity/versitygw/cmd/versitygw@$VERSION" >&2 ||
+	echo "versitygw.sh: building versitygw $VERSION into ${BIN%/*} (a few minutes the first time)" >&2
+	mkdir -p "${BIN%/*}"
+	GOBIN=${BIN%/*} go install "github.com/versity/versitygw/cmd/versitygw@$VERSION" >&2 ||
 		die "go install github.com/versity/versitygw/cmd/versitygw@$VERSION failed"
 }
 

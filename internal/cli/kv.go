@@ -152,7 +152,7 @@ func openStore(ctx context.Context, f kvFlags, readOnly bool) (*kv.DB, error) {
 	}
 	db, err := kv.Open(ctx, url)
 	if err != nil {
-		if strings.Contains(err.Error(), "no driver for") {
+		if f.storage != "" && strings.Contains(err.Error(), "no driver for") {
 			return nil, usagef("--storage: %v", err)
 		}
 		return nil, err
