@@ -346,44 +346,6 @@ func raceClients(t *testing.T, clients ...*kv.DB) {
 	}
 }
 
-func TestVersions(t *testing.T) {
-	db := openTable(t, newTable(t), nil)
-	ctx := t.Context()
-	v1, err := db.PutIfAbsent(ctx, "k", []byte("x"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := db.Put(ctx, "k", []byte("x")); err != nil {
-		t.Fatal(err)
-	}
-	_, v2, err := db.GetWithVersion(ctx, "k")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if v2 == v1 {
-		t.Errorf("Put of identical bytes kept version %s", v1)
-	}
-	if err := db.Delete(ctx, "k"); err != nil {
-		t.Fatal(err)
-	}
-	v3, err := db.PutIfAbsent(ctx, "k", []byte("x"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if v3 == v1 || v3 == v2 {
-		t.Errorf("re-created key got version %s again (earlier %s, %s)", v3, v1, v2)
-	}
-	for _, tok := range []kv.Version{v1, v2, "garbage", "-1", "0", "1e3", "0" + v3, " " + v3, v3 + " ", "99999999999999999999", "'; DROP TABLE x; --"} {
-		_, err := db.PutIfVersion(ctx, "k", []byte("y"), tok)
-		if !errors.Is(err, kv.ErrConflict) {
-			t.Errorf("PutIfVersion with token %q: got %v, want kv.ErrConflict", tok, err)
-		}
-	}
-	if _, err := db.PutIfVersion(ctx, "k", []byte("y"), v3); err != nil {
-		t.Errorf("PutIfVersion with the current version %s: %v", v3, err)
-	}
-}
-
 // TestUnknownOutcomeIsNotConflict makes conditional writes wait on a row
 // lock until their deadline passes: the error must be the deadline, never a
 // conflict, since the server might still have run the write.
