@@ -299,8 +299,9 @@ func (m *Manager) Start(ctx context.Context, cases []Case, so StartOptions) (Run
 		m.log.Warn("evals: pruning runs past the history window failed; they are pruned at the next run", "error", err)
 	}
 	m.progress(a)
+	first := a.snapshot()
 	go m.exec(a, cases)
-	return run.clone(), nil
+	return first, nil
 }
 
 // Run starts a run and waits for it to end. When ctx ends first, the run
