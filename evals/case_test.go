@@ -71,8 +71,12 @@ func TestGraders(t *testing.T) {
 		{"every grader must pass", evals.Expect{Contains: s("4"), Regexp: s(`^x`)}, nil, "42", evals.CaseFailed, "regexp:"},
 		{"no grader: a completed turn passes", evals.Expect{}, nil, "anything", evals.CasePassed, ""},
 		{"go grader passes", evals.Expect{Contains: s("4")}, func(ctx context.Context, c evals.Case, a string) (bool, string, error) { return a == "42", "", nil }, "42", evals.CasePassed, ""},
-		{"go grader fails", evals.Expect{}, func(ctx context.Context, c evals.Case, a string) (bool, string, error) { return false, "not polite", nil }, "no", evals.CaseFailed, "go: not polite"},
-		{"go grader errors", evals.Expect{}, func(ctx context.Context, c evals.Case, a string) (bool, string, error) { return false, "", errors.New("judge down") }, "no", evals.CaseErrored, "the Go grader failed: judge down"},
+		{"go grader fails", evals.Expect{}, func(ctx context.Context, c evals.Case, a string) (bool, string, error) {
+			return false, "not polite", nil
+		}, "no", evals.CaseFailed, "go: not polite"},
+		{"go grader errors", evals.Expect{}, func(ctx context.Context, c evals.Case, a string) (bool, string, error) {
+			return false, "", errors.New("judge down")
+		}, "no", evals.CaseErrored, "the Go grader failed: judge down"},
 		{"go grader panics", evals.Expect{}, func(ctx context.Context, c evals.Case, a string) (bool, string, error) { panic("oops") }, "no", evals.CaseErrored, "it panicked: oops"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
