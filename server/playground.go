@@ -4,6 +4,7 @@ import (
 	"embed"
 	"io/fs"
 	"net/http"
+	"strings"
 )
 
 // playgroundFiles are the playground page's assets, built into the binary:
@@ -42,6 +43,11 @@ func playgroundAssets() http.Handler {
 	sub, _ := fs.Sub(playgroundFiles, "playground")
 	files := http.StripPrefix("/playground/", http.FileServerFS(sub))
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		name := strings.TrimPrefix(r.URL.Path, "/playground/")
+		if st, err := fs.Stat(sub, name); err != nil || st.IsDir() {
+			writeError(w, http.StatusNotFound, CodeNotFound, "no playground asset "+r.URL.Path)
+			return
+		}
 		h := w.Header()
 		h.Set("Content-Security-Policy", playgroundCSP)
 		h.Set("X-Content-Type-Options", "nosniff")
