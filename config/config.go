@@ -26,6 +26,11 @@
 //	    variants:
 //	      - {name: plain, weight: 1}
 //	      - {name: friendly, weight: 1, instructions: instructions-friendly.md}
+//	evals:
+//	  historyWindow: 50             # eval runs kept
+//	  heartbeat: 10s
+//	cors:
+//	  origins: [https://chat.example.com]
 //
 // The model section also takes the shorthand "model: echo", and the
 // provider settings may sit in echo: and openai: sub-sections instead, as
