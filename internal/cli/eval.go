@@ -155,6 +155,9 @@ func runEval(e *env, args []string) error {
 		return err
 	}
 	pr.done()
+	if progressTo != nil && !asJSON {
+		fmt.Fprintln(out)
+	}
 	if asJSON {
 		b, _ := json.MarshalIndent(run, "", "  ")
 		fmt.Fprintf(out, "%s\n", b)
