@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +13,8 @@ import (
 	"agentkit/abtest"
 	"agentkit/agent"
 	"agentkit/evals"
+	"agentkit/internal/storetest"
+	"agentkit/kv/memkv"
 	"agentkit/model"
 	"agentkit/server"
 )
@@ -177,4 +180,48 @@ func TestPlaygroundPageAndAssets(t *testing.T) {
 	f.wantError("GET", "/playground/nope.js", "", 404, server.CodeNotFound)
 	// The page holds no data: its data routes need the token.
 	f.wantError("GET", "/v1/sessions", "", 401, server.CodeUnauthorized)
+}
+
+func TestNativeTablesThroughTheRuntime(t *testing.T) {
+	native := storetest.NewNative()
+	e, _ := model.NewEcho(nil)
+	exp := abtest.Experiment{Name: "tone", Variants: []abtest.Variant{{Name: "a"}, {Name: "b"}}}
+	rt, err := agent.Open(context.Background(), agent.Config{
+		Agent:     agent.Agent{Name: "native", Model: e, Experiments: []abtest.Experiment{exp}},
+		StateRoot: t.TempDir(), Store: memkv.New(), Evals: native, ABs: native, Logger: discardLogger(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := server.New(rt, server.Options{Logger: discardLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(srv)
+	f := &fixture{t: t, url: hs.URL, rt: rt, srv: srv}
+	var info struct {
+		Storage struct{ Evals, ABs, ABSnapshot string }
+	}
+	f.do("GET", "/v1/info", "", &info)
+	if info.Storage.Evals != "native" || info.Storage.ABs != "native" || info.Storage.ABSnapshot != "native" {
+		t.Errorf("/v1/info storage modes %+v", info.Storage)
+	}
+	var r agent.TurnResult
+	f.do("POST", "/v1/sessions", `{"message": "hi"}`, &r)
+	var run evals.Run
+	f.do("POST", "/v1/evals", `{"cases": [{"name": "a", "input": "x"}]}`, &run)
+	f.waitRun(run.ID)
+	if ids := native.RunIDs("native"); len(ids) != 1 || ids[0] != run.ID {
+		t.Errorf("the native eval table holds %v, want the run", ids)
+	}
+	if s := native.Samples(); len(s) != 1 || s[0].SessionID != r.SessionID || s[0].Variant != exp.Variants[exp.Assign(r.SessionID)].Name {
+		t.Errorf("the native A/B table holds %+v, want one sample of the enrolled session", s)
+	}
+	hs.Close()
+	if err := rt.Close(); err != nil { // flushes the A/B state
+		t.Fatal(err)
+	}
+	if c := native.Calls(); c["PutSnapshot"] == 0 {
+		t.Errorf("closing the runtime wrote no A/B snapshot to the native table: %v", c)
+	}
 }
