@@ -17,7 +17,10 @@ import (
 
 	"agentkit/agent"
 	"agentkit/evals"
+	"agentkit/kv"
+	"agentkit/kv/memkv"
 	"agentkit/model"
+	"agentkit/storage"
 )
 
 // boomModel echoes the message, and fails any turn whose message contains
@@ -186,7 +189,10 @@ func TestAtMostConcurrencyCasesRunAtOnce(t *testing.T) {
 					n := inFlight
 					mu.Unlock()
 					if n > c.want {
-						t.Fatalf("%d cases run at once, want at most %d", n, c.want)
+						t.Errorf("%d cases run at once, want at most %d", n, c.want)
+						close(release) // let them all end
+						<-done
+						return
 					}
 					release <- struct{}{}
 				}
@@ -333,5 +339,48 @@ func TestStopEndsARunInterruptedWithItsCasesPending(t *testing.T) {
 	if got.Status != evals.StatusInterrupted || got.Counts.Done != 1 || got.Cases[0].Status != evals.CasePassed ||
 		got.Cases[1].Status != evals.CasePending || got.Cases[2].Status != evals.CasePending || !strings.Contains(got.Error, "stopped") {
 		t.Errorf("stored run %s %+v %q: want interrupted, the running case graded, the rest pending", got.Status, got.Counts, got.Error)
+	}
+}
+
+// TestMarkingInterruptedLosesToAnOwnerThatWroteMeanwhile has the owner of a
+// stale-looking run write a fresh heartbeat between another host's read of
+// the run and its conditional write: the run must stay running.
+func TestMarkingInterruptedLosesToAnOwnerThatWroteMeanwhile(t *testing.T) {
+	store := memkv.NewStore()
+	var owner func()
+	var armed atomic.Bool
+	cas := kv.CASFuncsOf(store)
+	getWithVersion := cas.GetWithVersion
+	cas.GetWithVersion = func(ctx context.Context, key string) ([]byte, kv.Version, error) {
+		data, ver, err := getWithVersion(ctx, key)
+		if strings.Contains(key, "/eval-runs/") && armed.CompareAndSwap(true, false) {
+			owner() // the owner's heartbeat lands after the read, before the write
+		}
+		return data, ver, err
+	}
+	backend := kv.Funcs{Put: store.Put, Get: store.Get, Delete: store.Delete, List: store.List, CAS: cas}
+	tbl := table(t, storage.Config{Backend: backend})
+	clock := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	put := func(heartbeat time.Time) {
+		doc, _ := json.Marshal(evals.Run{V: 1, ID: "r", Status: evals.StatusRunning, Host: evals.Host{ID: "owner", Name: "elsewhere"},
+			StartedAt: clock.Add(-time.Hour), HeartbeatAt: heartbeat})
+		if err := tbl.Put(context.Background(), "r", doc); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put(clock.Add(-time.Hour)) // silent for an hour, as far as anyone can tell
+	owner = func() { put(clock) }
+	armed.Store(true)
+	m := manager(t, evals.Options{Sessions: fixedAnswer("x"), Table: tbl, Now: func() time.Time { return clock }})
+	runs, err := m.List(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if armed.Load() {
+		t.Fatal("the owner's write never happened: the test did not exercise the race")
+	}
+	got := stored(t, tbl)["r"]
+	if got.Status != evals.StatusRunning || !got.HeartbeatAt.Equal(clock) || runs[0].Status != evals.StatusRunning {
+		t.Errorf("stored %s (heartbeat %v), listed %s: a host marked a live run interrupted over its owner's newer heartbeat", got.Status, got.HeartbeatAt, runs[0].Status)
 	}
 }
