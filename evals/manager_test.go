@@ -219,7 +219,9 @@ func TestRunsPastTheHistoryWindowArePruned(t *testing.T) {
 			if err := tbl.Put(context.Background(), live.ID, doc); err != nil {
 				t.Fatal(err)
 			}
-			m := manager(t, evals.Options{Sessions: fixedAnswer("x"), Table: tbl, HistoryWindow: 3, Now: now})
+			// StaleAfter is long: the other host stays alive while the
+			// clock moves on.
+			m := manager(t, evals.Options{Sessions: fixedAnswer("x"), Table: tbl, HistoryWindow: 3, Now: now, StaleAfter: 24 * time.Hour})
 			var ids []string
 			for i := range 5 {
 				clock = clock.Add(time.Minute)
