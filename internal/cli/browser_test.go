@@ -122,8 +122,15 @@ func TestPlaygroundInABrowser(t *testing.T) {
 	p := startServe(t, dir, nil, "serve", "--addr", "127.0.0.1:0", "--auth-token", token, "--state-root", filepath.Join(t.TempDir(), "s"))
 
 	var ids []string
-	for i := range 5 {
+	// At least five sessions, and as many as it takes for both variants to
+	// have one, so that the comparison is defined.
+	seen := map[bool]bool{}
+	for i := 0; i < 5 || len(seen) < 2; i++ {
+		if i == 40 {
+			t.Fatal("40 sessions of a 1:1 experiment all landed in one variant")
+		}
 		r := start(t, p.url, token, fmt.Sprintf("message %d", i))
+		seen[strings.HasPrefix(r.Turn.Result, "LOUD: ")] = true
 		ids = append(ids, r.SessionID)
 		if i == 1 {
 			if st, _ := continueWith(t, p.url, token, r.ContinuationToken, "second turn"); st != 200 {
