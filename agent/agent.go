@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"agentkit/abtest"
 	"agentkit/model"
 	"agentkit/tool"
 )
@@ -37,6 +38,11 @@ type Agent struct {
 	// folder; see workspace.LoadDir). memory/ is reserved for the journal:
 	// Open refuses a seed with a path under it.
 	WorkspaceSeed map[string]string
+	// Experiments are live A/B experiments (package abtest): every new
+	// session but eval sessions is enrolled in each when it starts, and its
+	// variant may change the instructions, the model or handler options.
+	// docs/ab.md walks through one.
+	Experiments []abtest.Experiment
 }
 
 // Hooks are functions the runtime calls at points of a session's life. Any

@@ -34,6 +34,11 @@ type Config struct {
 	// StoreName labels the store in Info and logs; empty means the
 	// *kv.DB's name ("custom" for other backends).
 	StoreName string
+	// Evals and ABs are backend-native eval-run and A/B tables
+	// (storage.Config.Evals and ABs); nil means the tables derived over
+	// Store.
+	Evals storage.EvalTable
+	ABs   storage.ABTable
 	// Policy tunes mirroring and restore; the zero value means the
 	// defaults.
 	Policy Policy
@@ -48,6 +53,10 @@ type Config struct {
 	Reminders ReminderOptions
 	// Observer receives metrics callbacks; nil means none.
 	Observer Observer
+	// ABFlushInterval is how often this host's A/B state is merged into
+	// the stored snapshot while it changes; zero means
+	// abtest.DefaultFlushInterval. Close flushes once more.
+	ABFlushInterval time.Duration
 	// Now is the clock; nil means time.Now. Tests set it.
 	Now func() time.Time
 }

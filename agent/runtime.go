@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"agentkit/abtest"
 	"agentkit/agent/sessiondb"
 	"agentkit/agent/stateroot"
 	"agentkit/keys"
@@ -53,6 +54,7 @@ type Runtime struct {
 	specs     []model.ToolSpec
 
 	reminders *reminders
+	ab        *abtest.Recorder
 
 	mu       sync.Mutex
 	sessions map[string]*sessionState
@@ -170,6 +172,9 @@ func Open(ctx context.Context, cfg Config) (*Runtime, error) {
 	if r.reminders, err = newReminders(ctx, r); err != nil {
 		return nil, err
 	}
+	if err := r.openExperiments(); err != nil {
+		return nil, err
+	}
 	r.reminders.start(r)
 	ok = true
 	return r, nil
@@ -210,7 +215,7 @@ func (r *Runtime) openStore(ctx context.Context) error {
 	// Check the backend and the policy as given, so that errors name what
 	// the caller wrote; the binding proper is made over the timed store.
 	quiet := slog.New(slog.DiscardHandler)
-	if _, err := storage.Define(storage.Config{Backend: backend, Name: name, Policy: r.cfg.Policy, Logger: quiet}); err != nil {
+	if _, err := storage.Define(storage.Config{Backend: backend, Name: name, Policy: r.cfg.Policy, Logger: quiet, Evals: r.cfg.Evals, ABs: r.cfg.ABs}); err != nil {
 		return fmt.Errorf("agent: Config.Store: %w", err)
 	}
 	if name == "" {
@@ -224,7 +229,7 @@ func (r *Runtime) openStore(ctx context.Context) error {
 		return fmt.Errorf("agent: Config.Store: %w", err)
 	}
 	r.store = timed(db, r.obs)
-	r.binding, err = storage.Define(storage.Config{Backend: r.store, Name: name, Policy: r.cfg.Policy, Logger: r.log})
+	r.binding, err = storage.Define(storage.Config{Backend: r.store, Name: name, Policy: r.cfg.Policy, Logger: r.log, Evals: r.cfg.Evals, ABs: r.cfg.ABs})
 	if err != nil {
 		return fmt.Errorf("agent: %w", err)
 	}
@@ -310,6 +315,7 @@ func (r *Runtime) Close() error {
 	}
 	r.bgWG.Wait()
 	r.ops.Wait() // running turns and flushes
+	r.closeExperiments()
 	r.closeAllSubscribers()
 	r.mu.Lock()
 	for _, s := range r.sessions {

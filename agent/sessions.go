@@ -138,6 +138,7 @@ func (r *Runtime) StartSession(ctx context.Context, req StartRequest) (TurnResul
 	return r.runTurn(ctx, turnRequest{
 		sessionID: m.ID, message: req.Message, files: req.WorkspaceFiles,
 		source: SourceAPI, note: note, onEvent: req.OnEvent,
+		enrolled: r.enroll(m.ID, m.ChannelID),
 	})
 }
 

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 
+	"agentkit/abtest"
 	"agentkit/agent/sessiondb"
 	"agentkit/model"
 	"agentkit/tool"
@@ -23,6 +24,7 @@ type turnRequest struct {
 	source    string
 	note      string // the first-prompt note (first turn only)
 	onEvent   func(Event)
+	enrolled  map[string]string // A/B variants (first turn only)
 }
 
 // turn is a running turn.
@@ -33,6 +35,8 @@ type turn struct {
 	number  int64
 	onEvent func(Event)
 	ctx     context.Context // for local writes: not canceled with the caller
+	model   model.Model     // the agent's, or the session's A/B variant's
+	failure error           // the model error that failed the turn, if one did
 }
 
 // runTurn runs one turn of a session: it waits for the session's previous
@@ -59,6 +63,10 @@ func (r *Runtime) runTurn(ctx context.Context, req turnRequest) (TurnResult, err
 	if m.Turns == 0 {
 		note = req.note
 	}
+	vs, err := r.setupFor(wctx, m.ID, m.Turns == 0, req.enrolled)
+	if err != nil {
+		return TurnResult{}, err
+	}
 	dir := r.workspaceDir(m.ID)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return TurnResult{}, fmt.Errorf("agent: the session workspace: %w", err)
@@ -80,14 +88,18 @@ func (r *Runtime) runTurn(ctx context.Context, req turnRequest) (TurnResult, err
 	}
 
 	started := r.now()
-	t := &turn{r: r, st: st, meta: m, number: m.Turns + 1, onEvent: req.onEvent, ctx: wctx}
+	t := &turn{r: r, st: st, meta: m, number: m.Turns + 1, onEvent: req.onEvent, ctx: wctx, model: vs.model}
 	t.meta.Turns = t.number
-	if err := t.record(Event{Type: EventTurnStarted, Source: req.source, Message: req.message, Note: note}); err != nil {
+	startEv := Event{Type: EventTurnStarted, Source: req.source, Message: req.message, Note: note}
+	if m.Turns == 0 {
+		startEv.Experiments = vs.enrolled
+	}
+	if err := t.record(startEv); err != nil {
 		return TurnResult{}, err
 	}
 
 	var msgs []model.Message
-	if sys := systemPrompt(r.agent.Instructions, note); sys != "" {
+	if sys := systemPrompt(vs.instructions, note); sys != "" {
 		msgs = append(msgs, model.Message{Role: model.RoleSystem, Content: sys})
 	}
 	msgs = append(msgs, history...)
@@ -101,7 +113,7 @@ func (r *Runtime) runTurn(ctx context.Context, req turnRequest) (TurnResult, err
 		Reminders: r.reminders.forSession(m.ID),
 		Logger:    r.logger(m.ID),
 	}
-	status, result, usage, loopErr := t.loop(ctx, env, msgs)
+	status, result, usage, loopErr := t.loop(abtest.WithOptions(ctx, vs.options), env, msgs)
 	if loopErr != nil {
 		return TurnResult{}, loopErr
 	}
@@ -121,11 +133,12 @@ func (r *Runtime) runTurn(ctx context.Context, req turnRequest) (TurnResult, err
 		Status: status, Result: result, Usage: usage,
 		StartedAt: started, FinishedAt: finished,
 	})
+	r.recordABs(wctx, vs, m.ID, t.number, turnOf(status, &usage, dur, finished))
 	r.obs.TurnFinished(status, dur)
 	return TurnResult{
 		SessionID:         m.ID,
 		ContinuationToken: m.Token,
-		Turn:              Turn{Status: status, Result: result, Usage: usage},
+		Turn:              Turn{Status: status, Result: result, Usage: usage, Retryable: temporary(t.failure)},
 	}, nil
 }
 
@@ -137,8 +150,9 @@ func (t *turn) loop(ctx context.Context, env *tool.Env, msgs []model.Message) (T
 	r := t.r
 	var usage model.Usage
 	for step := 1; step <= r.maxSteps; step++ {
-		resp, err := generate(ctx, r.agent.Model, model.Request{Messages: msgs, Tools: r.specs})
+		resp, err := generate(ctx, t.model, model.Request{Messages: msgs, Tools: r.specs})
 		if err != nil {
+			t.failure = err
 			return StatusFailed, "model error: " + err.Error(), usage, nil
 		}
 		usage = usage.Add(resp.Usage)

@@ -57,6 +57,11 @@ type Turn struct {
 	// Result is the final assistant text, or the failure message.
 	Result string      `json:"result"`
 	Usage  model.Usage `json:"usage"`
+
+	// Retryable is true when the turn failed on a model error that may
+	// pass by itself, a rate limit (429) or a server error (5xx): the same
+	// message may succeed later.
+	Retryable bool `json:"retryable,omitempty"`
 }
 
 // Session is a session's metadata.
@@ -83,7 +88,8 @@ type SessionPage struct {
 
 // Event types, in the order a turn records them.
 const (
-	// EventTurnStarted: Message, Source, and Note on a session's first turn.
+	// EventTurnStarted: Message, Source, and on a session's first turn Note
+	// and Experiments.
 	EventTurnStarted = "turn.started"
 	// EventModelCall: Step, Text, ToolCalls, Usage of one model call.
 	EventModelCall = "model.call"
@@ -123,6 +129,11 @@ type Event struct {
 	Result     string           `json:"result,omitempty"`
 	Usage      *model.Usage     `json:"usage,omitempty"`
 	DurationMS int64            `json:"durationMs,omitempty"`
+
+	// Experiments maps each A/B experiment the session is enrolled in to
+	// its variant, on the session's first turn.started event: the source
+	// of truth of the session's enrolment.
+	Experiments map[string]string `json:"experiments,omitempty"`
 }
 
 // EventPage is one page of Events.

@@ -26,6 +26,11 @@
 //	    variants:
 //	      - {name: plain, weight: 1}
 //	      - {name: friendly, weight: 1, instructions: instructions-friendly.md}
+//	evals:
+//	  historyWindow: 50             # eval runs kept
+//	  heartbeat: 10s
+//	cors:
+//	  origins: [https://chat.example.com]
 //
 // The model section also takes the shorthand "model: echo", and the
 // provider settings may sit in echo: and openai: sub-sections instead, as
@@ -98,8 +103,13 @@ type File struct {
 	Serving string
 	// Policy holds the mirror debounce and the restore caps.
 	Policy agent.Policy
-	// Experiments are the A/B experiments, kept for the A/B feature.
+	// Experiments are the A/B experiments (docs/ab.md).
 	Experiments []Experiment
+	// Evals tunes eval runs: the history window and the heartbeat.
+	Evals Evals
+	// CORSOrigins are the origins of browser pages allowed to call the
+	// API (cors.origins; --cors-origins overrides them).
+	CORSOrigins []string
 }
 
 // Experiment is one A/B experiment: a name and two or more variants.
@@ -117,6 +127,10 @@ type Variant struct {
 	Instructions string
 	Model        *model.Config
 	Options      map[string]any
+
+	// InstructionsText is the content of the Instructions file, read by
+	// Load.
+	InstructionsText string
 }
 
 // Load reads and parses an agentkit.yaml: path is the file, or a folder
@@ -145,6 +159,9 @@ func Load(path string) (*File, error) {
 		return nil, err
 	}
 	if err := f.loadWorkspaceSeed(); err != nil {
+		return nil, err
+	}
+	if err := f.loadVariantInstructions(); err != nil {
 		return nil, err
 	}
 	return f, nil
@@ -205,12 +222,17 @@ func (f *File) Agent() (agent.Agent, error) {
 	if err != nil {
 		return agent.Agent{}, fmt.Errorf("config: %s: %w", f.where(), err)
 	}
+	exps, err := f.abExperiments()
+	if err != nil {
+		return agent.Agent{}, err
+	}
 	return agent.Agent{
 		Name:          f.Name,
 		Instructions:  f.InstructionsText,
 		Model:         m,
 		MaxSteps:      f.MaxSteps,
 		WorkspaceSeed: f.WorkspaceSeed,
+		Experiments:   exps,
 	}, nil
 }
 

@@ -200,7 +200,7 @@ func (p *parser) parse(data []byte) (*File, error) {
 		return nil, &Error{File: p.file, Msg: "YAML anchors and aliases are not supported; write the values out"}
 	}
 	f := &File{Instructions: DefaultInstructions, Memory: true, Serving: agent.ServingLocal}
-	top := p.fields(root, "", "name", "instructions", "maxSteps", "model", "memory", "storage", "serving", "policy", "experiments")
+	top := p.fields(root, "", "name", "instructions", "maxSteps", "model", "memory", "storage", "serving", "policy", "experiments", "evals", "cors")
 	if v, ok := top["name"]; ok {
 		f.Name = p.str(v, "name")
 	}
@@ -238,6 +238,12 @@ func (p *parser) parse(data []byte) (*File, error) {
 	}
 	if v, ok := top["experiments"]; ok {
 		f.Experiments = p.experiments(v, "experiments")
+	}
+	if v, ok := top["evals"]; ok {
+		f.Evals = p.evalsSection(v, "evals")
+	}
+	if v, ok := top["cors"]; ok {
+		f.CORSOrigins = p.corsSection(v, "cors")
 	}
 	if p.err != nil {
 		return nil, p.err

@@ -2,7 +2,8 @@
 # Runs every check and test of agentkit, setting up what it needs:
 # gofmt, go vet, staticcheck (pinned), the local servers the driver tests
 # use (PostgreSQL, Redis, NATS; an S3-compatible server, versitygw, pinned and
-# installed by scripts/versitygw.sh), then go test -race ./...
+# installed by scripts/versitygw.sh), Chromium for the browser tests
+# (scripts/chromium.sh), then go test -race ./...
 #
 # Environment: CI=true makes a driver test fail instead of skip when its
 # server is missing. GOFLAGS and TESTFLAGS pass through (TESTFLAGS goes to
@@ -30,6 +31,9 @@ go run "honnef.co/go/tools/cmd/staticcheck@$STATICCHECK_VERSION" ./...
 
 step "services"
 scripts/services.sh
+
+step "Chromium (browser tests)"
+scripts/chromium.sh || echo "chromium: not installed; the browser tests will fail under CI" >&2
 
 step "S3-compatible server (versitygw)"
 eval "$(scripts/versitygw.sh start)"

@@ -128,6 +128,9 @@ func Serve(ctx context.Context, rc agent.Config, c Config) error {
 		h.cancelTurns()
 		srv.Close()
 	}
+	if err := h.Shutdown(sctx); err != nil {
+		c.Logger.Warn("shutdown: eval runs did not stop in time", "error", err)
+	}
 	if err := rt.Close(); err != nil {
 		return fmt.Errorf("server: closing the runtime: %w", err)
 	}

@@ -40,6 +40,7 @@ import (
 	"time"
 
 	"agentkit/agent"
+	"agentkit/evals"
 )
 
 // DefaultMaxBodyBytes is the request body limit when Options.MaxBodyBytes
@@ -71,6 +72,12 @@ type Options struct {
 	// KeepAlive is the comment interval of idle event streams; zero means
 	// DefaultKeepAlive.
 	KeepAlive time.Duration
+	// CORSOrigins are the origins of browser pages on other sites allowed
+	// to call the /v1/ routes, such as https://chat.example.com (see
+	// CheckOrigins). Empty: none; requests from other origins get 403.
+	CORSOrigins []string
+	// Evals tunes the eval runs of POST /v1/evals.
+	Evals EvalOptions
 }
 
 // Server is the HTTP API of one agent runtime. It is an http.Handler, safe
@@ -82,6 +89,8 @@ type Server struct {
 	metrics   *Metrics
 	mux       *http.ServeMux
 	tokenHash []byte // sha256 of the token; nil when auth is off
+	evals     *evals.Manager
+	cors      *cors
 
 	drainOnce sync.Once
 	draining  chan struct{} // closed by Drain
@@ -131,6 +140,9 @@ func New(rt *agent.Runtime, opts Options) (*Server, error) {
 		s.tokenHash = h[:]
 	}
 	s.turns, s.cancelTurns = context.WithCancel(context.Background())
+	if err := s.openEvals(); err != nil {
+		return nil, err
+	}
 	s.routes()
 	return s, nil
 }
@@ -145,9 +157,15 @@ func (s *Server) routes() {
 	s.mux.HandleFunc("POST /v1/reminders", s.createReminder)
 	s.mux.HandleFunc("GET /v1/reminders", s.listReminders)
 	s.mux.HandleFunc("DELETE /v1/reminders/{id}", s.deleteReminder)
+	s.mux.HandleFunc("POST /v1/evals", s.startEval)
+	s.mux.HandleFunc("GET /v1/evals", s.listEvals)
+	s.mux.HandleFunc("GET /v1/evals/{runId}", s.getEval)
+	s.mux.HandleFunc("GET /v1/abs", s.abs)
 	s.mux.HandleFunc("GET /v1/info", s.info)
 	s.mux.HandleFunc("GET /healthz", s.healthz)
 	s.mux.Handle("GET /metrics", s.metrics.Handler())
+	s.mux.HandleFunc("GET /{$}", s.playground)
+	s.mux.Handle("GET /playground/", playgroundAssets())
 }
 
 // Drain ends the live event streams and makes /healthz answer 503, while
@@ -223,6 +241,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			slog.String("requestId", reqID),
 		)
 	}()
+	if s.handleCORS(rw, r) {
+		return
+	}
+	tokenFromQuery(r)
 	if strings.HasPrefix(path.Clean("/"+r.URL.Path)+"/", "/v1/") && !s.authorized(rw, r) {
 		return
 	}

@@ -42,6 +42,7 @@ type serveFlags struct {
 	maxBody                                           byteSize
 	shutdownTimeout                                   time.Duration
 	logFormat, logLevel                               string
+	corsOrigins                                       string
 }
 
 func runServe(e *env, args []string, dev bool) error {
@@ -60,6 +61,7 @@ func runServe(e *env, args []string, dev bool) error {
 	if !dev {
 		fs.BoolVar(&f.insecure, "insecure", false, "allow a non-loopback --addr without --auth-token")
 	}
+	fs.StringVar(&f.corsOrigins, "cors-origins", "", "comma-separated origins of browser pages allowed to call the API, such as https://chat.example.com (overrides cors.origins in agentkit.yaml; default none)")
 	fs.Var(&f.maxBody, "max-body-bytes", "request body limit, such as 1MiB; larger bodies get 413")
 	fs.DurationVar(&f.shutdownTimeout, "shutdown-timeout", server.DefaultShutdownTimeout, "how long to let running turns finish after SIGINT or SIGTERM")
 	logFormat, logLevel := "json", "info"
@@ -90,6 +92,15 @@ func runServe(e *env, args []string, dev bool) error {
 	if strings.ContainsAny(f.authToken, " \t\r\n") {
 		return usagef("--auth-token: the token contains white space; use printable characters without spaces")
 	}
+	var origins []string
+	for o := range strings.SplitSeq(f.corsOrigins, ",") {
+		if o = strings.TrimSpace(o); o != "" {
+			origins = append(origins, o)
+		}
+	}
+	if err := server.CheckOrigins(origins); err != nil {
+		return usagef("--cors-origins: %s", strings.TrimPrefix(err.Error(), "server: "))
+	}
 	log, err := newLogger(e.stderr, f.logFormat, f.logLevel)
 	if err != nil {
 		return err
@@ -100,6 +111,9 @@ func runServe(e *env, args []string, dev bool) error {
 	}
 	if f.stateRoot == "" {
 		f.stateRoot = filepath.Join(p.dir, ".agentkit")
+	}
+	if origins == nil {
+		origins = p.file.CORSOrigins
 	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -121,6 +135,8 @@ func runServe(e *env, args []string, dev bool) error {
 			MaxBodyBytes: int64(f.maxBody),
 			Version:      Version,
 			Logger:       log,
+			CORSOrigins:  origins,
+			Evals:        server.EvalOptions{HistoryWindow: p.file.Evals.HistoryWindow, Heartbeat: p.file.Evals.Heartbeat},
 		},
 		Addr:            f.addr,
 		Insecure:        f.insecure,

@@ -1,0 +1,292 @@
+package abtest_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"agentkit/abtest"
+	"agentkit/internal/storetest"
+	"agentkit/keys"
+	"agentkit/kv"
+	"agentkit/kv/memkv"
+	"agentkit/storage"
+)
+
+const agentName = "ab-agent"
+
+var tone = abtest.Experiment{Name: "tone", Variants: []abtest.Variant{{Name: "plain"}, {Name: "friendly", Instructions: "be warm"}}}
+
+// tables is one way of storing A/B data: host() returns a new host's view
+// of the same table, as a second process on the same store would have.
+type tables struct {
+	name    string
+	derived bool
+	host    func(t *testing.T) (*storage.ABs, *kv.DB)
+	native  *storetest.Native
+}
+
+func allTables(t *testing.T) []tables {
+	var out []tables
+	for _, s := range storetest.Stores(t) {
+		out = append(out, tables{name: s.Name, derived: true, host: func(t *testing.T) (*storage.ABs, *kv.DB) {
+			db := storetest.Open(t, s.URL)
+			return bind(t, storage.Config{Backend: db}), db
+		}})
+	}
+	n := storetest.NewNative()
+	out = append(out, tables{name: "native", native: n, host: func(t *testing.T) (*storage.ABs, *kv.DB) {
+		db := memkv.New()
+		return bind(t, storage.Config{Backend: db, ABs: n}), db
+	}})
+	return out
+}
+
+func bind(t *testing.T, cfg storage.Config) *storage.ABs {
+	t.Helper()
+	cfg.Logger = slog.New(slog.DiscardHandler)
+	b, err := storage.Define(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := b.Agent(agentName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a.ABs()
+}
+
+func recorder(t *testing.T, table *storage.ABs, host string) *abtest.Recorder {
+	t.Helper()
+	r, err := abtest.NewRecorder(table, abtest.RecorderOptions{HostID: host, Experiments: []abtest.Experiment{tone}, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// turns records n turns of a session on r, one sample each, with latencies
+// base, base+1, …
+func turns(r *abtest.Recorder, session, variant string, n int, base int64, failEvery int) abtest.SessionMetrics {
+	m, _ := r.Metrics("tone", session)
+	m.Variant = variant
+	at := time.Now().UTC()
+	for i := range n {
+		m = m.AddTurn(abtest.Turn{Failed: failEvery > 0 && (i+1)%failEvery == 0, InputTokens: 7, OutputTokens: 3,
+			Latency: time.Duration(base+int64(i)) * time.Millisecond, At: at.Add(time.Duration(i+1) * time.Millisecond)})
+		r.Record(context.Background(), "tone", session, m)
+	}
+	return m
+}
+
+// derivedSamples lists the derived sample keys of a session.
+func derivedSamples(t *testing.T, db *kv.DB, session string) []string {
+	t.Helper()
+	k, _ := keys.Agent(agentName)
+	prefix, err := k.ABSessionPrefix("tone", session)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for key, err := range db.ListKeys(context.Background(), prefix) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, key)
+	}
+	return out
+}
+
+func variantOf(t *testing.T, rep abtest.Report, name string) abtest.VariantFigures {
+	t.Helper()
+	for _, e := range rep.Experiments {
+		if e.Name == "tone" {
+			for _, v := range e.Variants {
+				if v.Name == name {
+					return v
+				}
+			}
+		}
+	}
+	t.Fatalf("no variant %q in %+v", name, rep.Experiments)
+	return abtest.VariantFigures{}
+}
+
+func TestSamplesAreCumulativeBlindAppendsPrunedOnceInTheSnapshot(t *testing.T) {
+	for _, tb := range allTables(t) {
+		t.Run(tb.name, func(t *testing.T) {
+			table, db := tb.host(t)
+			r := recorder(t, table, "host-a")
+			turns(r, "s1", "plain", 3, 100, 0)
+
+			var metrics []abtest.SessionMetrics
+			if tb.derived {
+				sampleKeys := derivedSamples(t, db, "s1")
+				if len(sampleKeys) != 3 {
+					t.Fatalf("%d sample keys after 3 turns, want one per turn: %q", len(sampleKeys), sampleKeys)
+				}
+				for _, key := range sampleKeys {
+					data, err := db.Get(context.Background(), key)
+					if err != nil {
+						t.Fatal(err)
+					}
+					var rec struct{ Metrics abtest.SessionMetrics }
+					if err := json.Unmarshal(data, &rec); err != nil {
+						t.Fatal(err)
+					}
+					metrics = append(metrics, rec.Metrics)
+				}
+			} else {
+				for _, s := range tb.native.Samples() {
+					var m abtest.SessionMetrics
+					if err := json.Unmarshal(s.Metrics, &m); err != nil {
+						t.Fatal(err)
+					}
+					metrics = append(metrics, m)
+				}
+				if c := tb.native.Calls(); c["GetSnapshot"] != 0 || c["PutSnapshot"] != 0 {
+					t.Errorf("recording samples read or wrote the snapshot: %v; a sample is a blind append", c)
+				}
+			}
+			if len(metrics) != 3 {
+				t.Fatalf("%d samples, want 3", len(metrics))
+			}
+			for i, m := range metrics {
+				if m.Turns != int64(i+1) || len(m.LatenciesMs) != i+1 || m.LatenciesMs[i] != int64(100+i) || m.Variant != "plain" {
+					t.Errorf("sample %d = %+v: each sample carries the session's turns so far, every latency included", i+1, m)
+				}
+			}
+
+			if err := r.Flush(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			if tb.derived {
+				left := derivedSamples(t, db, "s1")
+				if len(left) != 1 || !strings.Contains(left[0], "ab-samples/tone/s1/") {
+					t.Errorf("after the flush the derived table keeps %q; want only the latest sample, which holds the others", left)
+				}
+			} else if n := len(tb.native.Samples()); n != 3 {
+				t.Errorf("the native table has %d samples after the flush; a native table is never pruned", n)
+			}
+			v := variantOf(t, recorder(t, table, "replacement").Report(context.Background()), "plain")
+			if v.Sessions != 1 || v.Turns != 3 || v.P50Ms != 101 || v.P95Ms != 102 || v.MeanTokensPerTurn != 10 {
+				t.Errorf("a host with no sessions reports %+v from the snapshot", v)
+			}
+		})
+	}
+}
+
+func TestHostsNeverOverwriteEachOthersState(t *testing.T) {
+	for _, tb := range allTables(t) {
+		t.Run(tb.name, func(t *testing.T) {
+			const hosts, sessions = 4, 8
+			recs := make([]*abtest.Recorder, hosts)
+			for h := range hosts {
+				table, _ := tb.host(t)
+				recs[h] = recorder(t, table, fmt.Sprintf("host-%d", h))
+			}
+			// Every host records its own sessions and flushes after each,
+			// all at once.
+			var wg sync.WaitGroup
+			errs := make(chan error, hosts*sessions)
+			for h, r := range recs {
+				wg.Go(func() {
+					for s := range sessions {
+						turns(r, fmt.Sprintf("h%d-s%d", h, s), "plain", 2, int64(10*h+s), 0)
+						errs <- r.Flush(context.Background())
+					}
+				})
+			}
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+			if !tb.derived {
+				// Without compare-and-set a write can land on a snapshot read
+				// before another host's verified write; the periodic flush
+				// (Run) repairs it, as one more round does here.
+				for _, r := range recs {
+					if err := r.Flush(context.Background()); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			table, _ := tb.host(t)
+			rep := recorder(t, table, "replacement").Report(context.Background())
+			if v := variantOf(t, rep, "plain"); v.Sessions != hosts*sessions || v.Turns != 2*hosts*sessions {
+				t.Errorf("the snapshot holds %d sessions and %d turns, want %d and %d: a host's flush erased another's state",
+					v.Sessions, v.Turns, hosts*sessions, 2*hosts*sessions)
+			}
+			if len(rep.Hosts) != hosts+1 {
+				t.Errorf("hosts %+v: want the %d writers and the replacement", rep.Hosts, hosts)
+			}
+		})
+	}
+}
+
+func TestASessionSeenByTwoHostsCountsOnceWithExactPercentiles(t *testing.T) {
+	for _, tb := range allTables(t) {
+		t.Run(tb.name, func(t *testing.T) {
+			ta, _ := tb.host(t)
+			tbl, _ := tb.host(t)
+			a, b := recorder(t, ta, "host-a"), recorder(t, tbl, "host-b")
+			ctx := context.Background()
+			// Host a serves turns 1-2 of "moved" and flushes; the session
+			// then moves to host b, which rebuilds its history (as the
+			// runtime does from the event log) and runs turn 3.
+			m := turns(a, "moved", "friendly", 2, 100, 0)
+			if err := a.Flush(ctx); err != nil {
+				t.Fatal(err)
+			}
+			at := m.UpdatedAt
+			m = m.AddTurn(abtest.Turn{Failed: true, Latency: 900 * time.Millisecond, At: at.Add(time.Second)})
+			b.Record(ctx, "tone", "moved", m)
+			turns(b, "other", "friendly", 2, 10, 0)
+			if err := b.Flush(ctx); err != nil {
+				t.Fatal(err)
+			}
+			// Host a flushes again, with its stale copy of "moved".
+			turns(a, "third", "friendly", 1, 500, 0)
+			if err := a.Flush(ctx); err != nil {
+				t.Fatal(err)
+			}
+			for _, r := range []*abtest.Recorder{a, b, recorder(t, ta, "replacement")} {
+				v := variantOf(t, r.Report(ctx), "friendly")
+				// Latencies: moved 100 101 900, other 10 11, third 500:
+				// sorted 10 11 100 101 500 900.
+				if v.Sessions != 3 || v.Turns != 6 || v.FailedTurns != 1 || v.FailedSessions != 1 || v.P50Ms != 100 || v.P95Ms != 900 {
+					t.Errorf("figures %+v: want 3 sessions, 6 turns, 1 failed, p50 100 ms, p95 900 ms (a moved session counts once, with its longest history)", v)
+				}
+			}
+		})
+	}
+}
+
+func TestASnapshotOfANewerFormatIsNotOverwritten(t *testing.T) {
+	table := bind(t, storage.Config{Backend: memkv.New()})
+	newer := json.RawMessage(`{"v":2,"sessions":{}}`)
+	if err := table.PutSnapshot(context.Background(), newer); err != nil {
+		t.Fatal(err)
+	}
+	r := recorder(t, table, "old-build")
+	turns(r, "s", "plain", 1, 5, 0)
+	err := r.Flush(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "format version 2") {
+		t.Errorf("Flush over a newer snapshot: %v, want an error naming the version", err)
+	}
+	got, _ := table.GetSnapshot(context.Background())
+	if string(got) != string(newer) {
+		t.Errorf("the newer snapshot was replaced by %s", got)
+	}
+	if rep := r.Report(context.Background()); rep.SnapshotError == "" || variantOf(t, rep, "plain").Sessions != 1 {
+		t.Errorf("Report over an unreadable snapshot: %+v; want this host's figures and the reason", rep)
+	}
+}

@@ -1,0 +1,227 @@
+package server_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"agentkit/abtest"
+	"agentkit/agent"
+	"agentkit/evals"
+	"agentkit/internal/storetest"
+	"agentkit/kv/memkv"
+	"agentkit/model"
+	"agentkit/server"
+)
+
+// waitRun polls GET /v1/evals/{id} until the run is no longer running.
+func (f *fixture) waitRun(id string) evals.Run {
+	f.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var run evals.Run
+		if st := f.do("GET", "/v1/evals/"+id, "", &run); st != http.StatusOK {
+			f.t.Fatalf("GET /v1/evals/%s: status %d", id, st)
+		}
+		if run.Status != evals.StatusRunning {
+			return run
+		}
+		if time.Now().After(deadline) {
+			f.t.Fatalf("run %s still running after 30s: %+v", id, run.Counts)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestEvalRoutes(t *testing.T) {
+	f := newFixture(t, fixtureOpts{})
+	var started evals.Run
+	resp := f.send("POST", "/v1/evals", `{"name": "smoke", "concurrency": 2, "cases": [
+		{"name": "greets", "input": "hello", "expect": {"exact": "echo: hello"}},
+		{"name": "wrong", "input": "hi", "expect": {"contains": "bye"}}]}`, nil)
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusAccepted || !strings.HasPrefix(resp.Header.Get("Location"), "/v1/evals/") {
+		t.Fatalf("POST /v1/evals: %d %s %q", resp.StatusCode, body, resp.Header.Get("Location"))
+	}
+	if err := json.Unmarshal(body, &started); err != nil || started.Status != evals.StatusRunning || started.Source != "api" || started.Counts.Total != 2 {
+		t.Fatalf("POST /v1/evals answered %s (%v)", body, err)
+	}
+	run := f.waitRun(started.ID)
+	if run.Status != evals.StatusFinished || run.Counts.Passed != 1 || run.Counts.Failed != 1 || run.Name != "smoke" || run.Concurrency != 2 {
+		t.Errorf("run %+v", run)
+	}
+
+	// A cases file as the body.
+	resp = f.send("POST", "/v1/evals?name=cases.jsonl", `{"name": "a", "input": "x", "expect": {"regexp": "^echo: x$"}}`+"\n",
+		http.Header{"Content-Type": {"application/x-ndjson"}})
+	body, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	var second evals.Run
+	if err := json.Unmarshal(body, &second); resp.StatusCode != http.StatusAccepted || err != nil {
+		t.Fatalf("POST /v1/evals (JSONL): %d %s", resp.StatusCode, body)
+	}
+	if run := f.waitRun(second.ID); run.Counts.Passed != 1 || run.Name != "cases.jsonl" {
+		t.Errorf("JSONL run %+v", run)
+	}
+
+	var list struct {
+		Runs          []evals.Summary `json:"runs"`
+		HistoryWindow int             `json:"historyWindow"`
+	}
+	if st := f.do("GET", "/v1/evals", "", &list); st != 200 || len(list.Runs) != 2 || list.Runs[0].ID != second.ID || list.HistoryWindow != 50 {
+		t.Fatalf("GET /v1/evals: %d %+v", st, list)
+	}
+	if s := list.Runs[1]; s.PassRate != 0.5 || s.Counts.Done != 2 {
+		t.Errorf("summary %+v", s)
+	}
+
+	f.wantError("GET", "/v1/evals/nope", "", 404, server.CodeRunNotFound)
+	f.wantError("POST", "/v1/evals", `{"cases": [{"name": "a"}]}`, 400, server.CodeInvalid, `case 1`, `has no "input"`)
+	f.wantError("POST", "/v1/evals", `{"cases": [{"name": "a", "input": "x", "expect": {"equal": "x"}}]}`, 400, server.CodeInvalid, `unknown field "equal"`)
+	f.wantError("POST", "/v1/evals", `{"cases": []}`, 400, server.CodeInvalid, "no cases")
+	f.wantError("POST", "/v1/evals", `{"cases": [{"name": "a", "input": "x"}], "concurrency": 500}`, 400, server.CodeInvalid, "concurrency 500")
+	f.wantError("POST", "/v1/evals", `{"name": "x"}`, 400, server.CodeInvalid, "cases: missing")
+}
+
+func TestEvalAndABRoutesNeedTheToken(t *testing.T) {
+	f := newFixture(t, fixtureOpts{Options: server.Options{AuthToken: "secret"}})
+	f.token = ""
+	for _, p := range []string{"/v1/evals", "/v1/evals/x", "/v1/abs"} {
+		f.wantError("GET", p, "", 401, server.CodeUnauthorized)
+	}
+	f.wantError("POST", "/v1/evals", `{"cases": [{"name": "a", "input": "x"}]}`, 401, server.CodeUnauthorized)
+}
+
+func TestABsRoute(t *testing.T) {
+	slow, err := model.NewEcho(&model.EchoConfig{Reply: "slow: {{.UserMessage}}"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	exp := abtest.Experiment{Name: "engine", Variants: []abtest.Variant{{Name: "echo"}, {Name: "slow", Model: slow}}}
+	f := newFixture(t, fixtureOpts{agent: agent.Agent{Experiments: []abtest.Experiment{exp}}})
+	want := map[string]int64{}
+	for range 6 {
+		var r agent.TurnResult
+		if st := f.do("POST", "/v1/sessions", `{"message": "hi"}`, &r); st != 201 {
+			t.Fatalf("start: %d", st)
+		}
+		v := exp.Variants[exp.Assign(r.SessionID)].Name
+		if (v == "slow") != strings.HasPrefix(r.Turn.Result, "slow: ") {
+			t.Errorf("session in %s answered %q", v, r.Turn.Result)
+		}
+		want[v]++
+	}
+	// An eval session is not enrolled.
+	var run evals.Run
+	f.do("POST", "/v1/evals", `{"cases": [{"name": "a", "input": "x"}]}`, &run)
+	f.waitRun(run.ID)
+	var rep abtest.Report
+	if st := f.do("GET", "/v1/abs", "", &rep); st != 200 || len(rep.Experiments) != 1 {
+		t.Fatalf("GET /v1/abs: %d %+v", st, rep)
+	}
+	for _, v := range rep.Experiments[0].Variants {
+		if v.Sessions != want[v.Name] || v.Turns != want[v.Name] {
+			t.Errorf("variant %s: %d sessions %d turns, want %d", v.Name, v.Sessions, v.Turns, want[v.Name])
+		}
+	}
+	if len(rep.Experiments[0].Comparisons) != 1 || rep.Experiments[0].Comparisons[0].Method != abtest.IntervalMethod {
+		t.Errorf("comparisons %+v", rep.Experiments[0].Comparisons)
+	}
+}
+
+func TestShutdownStopsEvalRunsBeforeTheRuntimeCloses(t *testing.T) {
+	slow, err := model.NewEcho(&model.EchoConfig{Script: []model.EchoStep{{Text: "done", Delay: "300ms"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := newFixture(t, fixtureOpts{agent: agent.Agent{Model: slow}})
+	var run evals.Run
+	f.do("POST", "/v1/evals", `{"concurrency": 1, "cases": [{"name": "a", "input": "x"}, {"name": "b", "input": "y"}, {"name": "c", "input": "z"}]}`, &run)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := f.srv.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got := f.waitRun(run.ID)
+	if got.Status != evals.StatusInterrupted || got.Counts.Done == 3 || !strings.Contains(got.Error, "server stopped") {
+		t.Errorf("after Shutdown the run is %s with %+v (%q); want interrupted before its last case", got.Status, got.Counts, got.Error)
+	}
+	f.wantError("POST", "/v1/evals", `{"cases": [{"name": "a", "input": "x"}]}`, 503, server.CodeShuttingDown)
+}
+
+func TestPlaygroundPageAndAssets(t *testing.T) {
+	f := newFixture(t, fixtureOpts{Options: server.Options{AuthToken: "secret"}})
+	f.token = ""
+	for _, c := range []struct{ path, ctype, contains string }{
+		{"/", "text/html", `<script src="/playground/app.js">`},
+		{"/playground/app.js", "javascript", "function passRateChart"},
+		{"/playground/style.css", "text/css", ".badge"},
+	} {
+		resp := f.send("GET", c.path, "", nil)
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || !strings.Contains(resp.Header.Get("Content-Type"), c.ctype) || !strings.Contains(string(body), c.contains) ||
+			!strings.Contains(resp.Header.Get("Content-Security-Policy"), "default-src 'none'") {
+			t.Errorf("GET %s: %d %q %q", c.path, resp.StatusCode, resp.Header.Get("Content-Type"), resp.Header.Get("Content-Security-Policy"))
+		}
+		// The page must work offline: no asset from another host.
+		for _, remote := range []string{"http://", "https://", "//cdn"} {
+			if strings.Contains(string(body), remote) && !strings.Contains(string(body), "http://www.w3.org/2000/svg") {
+				t.Errorf("GET %s references %q: the playground must not load anything from another host", c.path, remote)
+			}
+		}
+	}
+	f.wantError("GET", "/playground/nope.js", "", 404, server.CodeNotFound)
+	// The page holds no data: its data routes need the token.
+	f.wantError("GET", "/v1/sessions", "", 401, server.CodeUnauthorized)
+}
+
+func TestNativeTablesThroughTheRuntime(t *testing.T) {
+	native := storetest.NewNative()
+	e, _ := model.NewEcho(nil)
+	exp := abtest.Experiment{Name: "tone", Variants: []abtest.Variant{{Name: "a"}, {Name: "b"}}}
+	rt, err := agent.Open(context.Background(), agent.Config{
+		Agent:     agent.Agent{Name: "native", Model: e, Experiments: []abtest.Experiment{exp}},
+		StateRoot: t.TempDir(), Store: memkv.New(), Evals: native, ABs: native, Logger: discardLogger(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := server.New(rt, server.Options{Logger: discardLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(srv)
+	f := &fixture{t: t, url: hs.URL, rt: rt, srv: srv}
+	var info struct {
+		Storage struct{ Evals, ABs, ABSnapshot string }
+	}
+	f.do("GET", "/v1/info", "", &info)
+	if info.Storage.Evals != "native" || info.Storage.ABs != "native" || info.Storage.ABSnapshot != "native" {
+		t.Errorf("/v1/info storage modes %+v", info.Storage)
+	}
+	var r agent.TurnResult
+	f.do("POST", "/v1/sessions", `{"message": "hi"}`, &r)
+	var run evals.Run
+	f.do("POST", "/v1/evals", `{"cases": [{"name": "a", "input": "x"}]}`, &run)
+	f.waitRun(run.ID)
+	if ids := native.RunIDs("native"); len(ids) != 1 || ids[0] != run.ID {
+		t.Errorf("the native eval table holds %v, want the run", ids)
+	}
+	if s := native.Samples(); len(s) != 1 || s[0].SessionID != r.SessionID || s[0].Variant != exp.Variants[exp.Assign(r.SessionID)].Name {
+		t.Errorf("the native A/B table holds %+v, want one sample of the enrolled session", s)
+	}
+	hs.Close()
+	if err := rt.Close(); err != nil { // flushes the A/B state
+		t.Fatal(err)
+	}
+	if c := native.Calls(); c["PutSnapshot"] == 0 {
+		t.Errorf("closing the runtime wrote no A/B snapshot to the native table: %v", c)
+	}
+}
