@@ -40,7 +40,8 @@ type entry struct {
 
 	// mu serializes this actor's schedule changes with its entry in the
 	// schedule index, and a pending migration's completion.
-	mu sync.Mutex
+	mu    sync.Mutex
+	swept bool // stale temporary files removed; under mu
 }
 
 // errAbsent is returned by an opener when the actor has no database and

@@ -100,14 +100,20 @@ func (r *Ref) acquireWrite(ctx context.Context) (*entry, error) {
 	if err != nil {
 		return nil, err
 	}
+	e.mu.Lock()
+	if !e.swept {
+		// A creator killed between moving its database into place and
+		// removing the temporary name left that name behind.
+		removeStaleTemps(r.systemPath())
+		e.swept = true
+	}
 	if e.meta.migration == migrationCopied {
-		e.mu.Lock()
-		err := r.finishMigration(ctx, e)
-		e.mu.Unlock()
-		if err != nil {
-			r.h.pool.release(e)
-			return nil, err
-		}
+		err = r.finishMigration(ctx, e)
+	}
+	e.mu.Unlock()
+	if err != nil {
+		r.h.pool.release(e)
+		return nil, err
 	}
 	return e, nil
 }

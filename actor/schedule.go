@@ -512,10 +512,13 @@ func (h *Host) fireActor(ctx context.Context, class, id string) error {
 // runTask claims one run of t (durably counting the attempt), calls its
 // handler and records the outcome.
 func (h *Host) runTask(ctx context.Context, r *Ref, e *entry, t Task) error {
+	// The outcome is recorded even when Run's context ended meanwhile: a
+	// run that finished must not run again.
+	bg := context.WithoutCancel(ctx)
 	exec := func(q string, args ...any) (int64, error) {
 		e.mu.Lock()
 		defer e.mu.Unlock()
-		res, err := e.db.ExecContext(ctx, q, args...)
+		res, err := e.db.ExecContext(bg, q, args...)
 		if err != nil {
 			return 0, fmt.Errorf("actor: updating task %s: %w", t.ID, err)
 		}

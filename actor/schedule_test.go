@@ -60,6 +60,7 @@ func schedHost(t *testing.T, dir string, rec *runs, opts Options) (*Host, *Class
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { h.Close() })
 	h.Handle("h", rec.handler)
 	c, err := Define(h, "agent", func() Status { return Status{} })
 	if err != nil {
@@ -335,42 +336,51 @@ func TestFailedRunsAreRetriedThenKept(t *testing.T) {
 	})
 }
 
-// TestAttemptsAreCountedBeforeARun: a task whose every allowed run started
-// and never finished (the process died in the handler) is not run again.
+// TestAttemptsAreCountedBeforeARun: the attempt is on disk while the
+// handler runs, so a task whose every allowed run started and never
+// finished (the process died in the handler) is not run again; a run cut
+// short by the end of Run is not counted.
 func TestAttemptsAreCountedBeforeARun(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
 		dir := filepath.Join(t.TempDir(), "actors")
 		rec := &runs{}
 		started := make(chan struct{})
-		block := make(chan struct{})
 		h, c := schedHost(t, dir, rec, Options{MaxAttempts: 2})
 		h.Handle("hang", func(ctx context.Context, r *Ref, t Task) error {
 			close(started)
-			<-block
-			return nil
+			<-ctx.Done()
+			return ctx.Err()
 		})
 		a := actorOf(t, c, "a")
 		task, _ := a.Schedule(ctx, After(0), "hang", nil)
 		stop := running(t, h)
 		<-started
-		// The run is under way: its attempt is already on disk.
 		ts, _ := a.Schedules(ctx)
 		if len(ts) != 1 || ts[0].Attempts != 1 {
 			t.Fatalf("during the run: %+v; want attempts 1 stored", ts)
 		}
-		e, _ := a.acquireWrite(ctx)
-		e.db.ExecContext(ctx, `UPDATE schedules SET attempts = 2 WHERE id = ?`, task.ID) // as after a second crash
-		h.pool.release(e)
-		close(block)
 		stop()
 
-		h2, _ := schedHost(t, dir, rec, Options{MaxAttempts: 2})
+		h2, c2 := schedHost(t, dir, rec, Options{MaxAttempts: 2})
+		a2 := actorOf(t, c2, "a")
+		ts, _ = a2.Schedules(ctx)
+		if len(ts) != 1 || ts[0].Attempts != 0 {
+			t.Fatalf("after a shutdown during the run: %+v; want attempts 0", ts)
+		}
+		// As after two crashes in the handler.
+		e, err := a2.acquireWrite(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.db.ExecContext(ctx, `UPDATE schedules SET attempts = 2 WHERE id = ?`, task.ID); err != nil {
+			t.Fatal(err)
+		}
+		h2.pool.release(e)
 		var calls atomic.Int32
 		h2.Handle("hang", func(ctx context.Context, r *Ref, t Task) error { calls.Add(1); return nil })
 		defer running(t, h2)()
 		synctest.Wait()
-		a2, _ := h2.Ref("agent", "a")
 		ts, _ = a2.Schedules(ctx)
 		if calls.Load() != 0 || len(ts) != 1 || !ts[0].Failed || !strings.Contains(ts[0].LastError, "process ended") {
 			t.Fatalf("calls %d, tasks %+v; want the task failed without another run", calls.Load(), ts)
@@ -378,7 +388,7 @@ func TestAttemptsAreCountedBeforeARun(t *testing.T) {
 	})
 }
 
-// TestRunFindsTasksWithoutOpeningEveryActor: the index wakes Run for the
+// TestManyActorsOneDue: the index wakes Run for the
 // one actor with a due task among many.
 func TestManyActorsOneDue(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
