@@ -297,10 +297,10 @@ func (r *Ref) hasLegacy(ctx context.Context, prefix string) (bool, error) {
 
 // snapshot is an actor's key-value records.
 type snapshot struct {
-	state              []byte
-	messages, events   []Record
-	schedules          []Task
-	keys               []string // every key copied
+	state            []byte
+	messages, events []Record
+	schedules        []Task
+	keys             []string // every key copied
 }
 
 func (s *snapshot) firstDue() (time.Time, bool) {
