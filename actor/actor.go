@@ -110,9 +110,17 @@ func (a *Actor[S]) ReplaceState(ctx context.Context, s S) error {
 	return a.ReplaceStateJSON(ctx, b)
 }
 
-// decodeState decodes a stored state into a fresh S.
+// rawMessage is the type of a class whose state is JSON text.
+var rawMessage = reflect.TypeFor[json.RawMessage]()
+
+// decodeState decodes a stored state into a fresh S. A json.RawMessage
+// state is the stored bytes themselves, already valid JSON.
 func decodeState[S any](b []byte) (S, error) {
 	var s S
+	if reflect.TypeFor[S]() == rawMessage {
+		*any(&s).(*json.RawMessage) = append(json.RawMessage(nil), b...)
+		return s, nil
+	}
 	if err := json.Unmarshal(b, &s); err != nil {
 		return s, fmt.Errorf("%w: the state does not decode into %s: %w", ErrInvalidState, typeName[S](), err)
 	}
