@@ -102,7 +102,10 @@ func checkLegacyReads(t testing.TB, a *Actor[json.RawMessage], n int, wantState 
 		t.Fatalf("Last(3) = %+v, %v", last, err)
 	}
 	var all []Record
-	for cursor := int64(0); ; {
+	for cursor, pages := int64(0), 0; ; pages++ {
+		if pages > n {
+			t.Fatalf("still paging after %d pages: the cursor does not advance", pages)
+		}
 		page, err := a.Messages().After(ctx, cursor, 4)
 		if err != nil {
 			t.Fatal(err)

@@ -40,7 +40,10 @@ func TestLogsAppendReadLastAndPage(t *testing.T) {
 		t.Fatalf("Last(100) of 25 = %d records", len(last))
 	}
 	var seen []int64
-	for cursor := int64(0); ; {
+	for cursor, pages := int64(0), 0; ; pages++ {
+		if pages > 10 {
+			t.Fatalf("still paging after %d pages of 10 over 25 records: the cursor does not advance (%v)", pages, seen)
+		}
 		page, err := msgs.After(ctx, cursor, 10)
 		if err != nil {
 			t.Fatal(err)
