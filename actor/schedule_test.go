@@ -421,3 +421,64 @@ func TestManyActorsOneDue(t *testing.T) {
 		}
 	})
 }
+
+// TestIndexFollowsTheNextTask: after running an actor's due tasks, its
+// index entry moves to its next task, or goes when it has none.
+func TestIndexFollowsTheNextTask(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		rec := &runs{}
+		h, c := schedHost(t, filepath.Join(t.TempDir(), "actors"), rec, Options{})
+		a := actorOf(t, c, "a")
+		start := time.Now()
+		a.Schedule(ctx, After(time.Hour), "h", nil)
+		last, _ := a.Schedule(ctx, After(3*time.Hour), "h", nil)
+		entry := func() []dueActor {
+			d, err := h.indexFirst(ctx, 10)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return d
+		}
+		if d := entry(); len(d) != 1 || !d[0].at.Equal(start.Add(time.Hour)) {
+			t.Fatalf("index %v; want the first task's time", d)
+		}
+		time.Sleep(time.Hour)
+		if err := h.fireActor(ctx, "agent", "a"); err != nil {
+			t.Fatal(err)
+		}
+		if d := entry(); len(d) != 1 || !d[0].at.Equal(start.Add(3*time.Hour)) || rec.count() != 1 {
+			t.Fatalf("index %v after the first run (%d runs); want the last task's time", d, rec.count())
+		}
+		if err := a.CancelSchedule(ctx, last.ID); err != nil {
+			t.Fatal(err)
+		}
+		if err := h.fireActor(ctx, "agent", "a"); err != nil {
+			t.Fatal(err)
+		}
+		if d := entry(); len(d) != 0 {
+			t.Fatalf("index %v; want no entry for an actor without tasks", d)
+		}
+	})
+}
+
+// TestAPanickingHandlerIsAFailedRun: a panic is recorded as the run's
+// error, and Run goes on with other tasks.
+func TestAPanickingHandlerIsAFailedRun(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		rec := &runs{}
+		h, c := schedHost(t, filepath.Join(t.TempDir(), "actors"), rec, Options{MaxAttempts: 1})
+		h.Handle("boom", func(ctx context.Context, r *Ref, t Task) error { panic("kaboom") })
+		defer running(t, h)()
+		a := actorOf(t, c, "a")
+		a.Schedule(ctx, After(time.Minute), "boom", nil)
+		a.Schedule(ctx, After(2*time.Minute), "h", nil)
+		time.Sleep(5 * time.Minute)
+		synctest.Wait()
+		ts, _ := a.Schedules(ctx)
+		if rec.count() != 1 || len(ts) != 1 || !ts[0].Failed || !strings.Contains(ts[0].LastError, "panicked: kaboom") {
+			t.Fatalf("%d runs of the other task, tasks %+v; want the panic recorded and the other task run", rec.count(), ts)
+		}
+	})
+}
