@@ -274,6 +274,9 @@ func TestAMigrationInProgressElsewhere(t *testing.T) {
 	if !errors.As(err, &me) || me.State != markerMigrating || !strings.Contains(err.Error(), "host-a") || !strings.Contains(err.Error(), legacyKey(t, "s1", "migrated")) {
 		t.Fatalf("a write during another host's migration = %v", err)
 	}
+	if b.HasDatabase() {
+		t.Error("a write refused during another host's migration created a database")
+	}
 }
 
 func TestNewerMarkerIsRefused(t *testing.T) {
