@@ -466,3 +466,30 @@ func TestAuthorSQLDatabase(t *testing.T) {
 		t.Errorf("opening the author's database created the system database (%v)", err)
 	}
 }
+
+// TestDurabilitySettings: system databases run in WAL mode with
+// synchronous=FULL unless the Host says normal, like every other SQLite
+// file of agentkit.
+func TestDurabilitySettings(t *testing.T) {
+	ctx := context.Background()
+	for sync, want := range map[string]int{"": 2, "full": 2, "normal": 1} {
+		h := openHost(t, Options{Synchronous: sync})
+		a := actorOf(t, defineStatus(t, h), "a")
+		e, err := a.acquireWrite(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got int
+		var mode string
+		if err := e.db.QueryRowContext(ctx, "PRAGMA synchronous").Scan(&got); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.db.QueryRowContext(ctx, "PRAGMA journal_mode").Scan(&mode); err != nil {
+			t.Fatal(err)
+		}
+		h.pool.release(e)
+		if got != want || mode != "wal" {
+			t.Errorf("Synchronous %q: synchronous=%d journal_mode=%s; want %d and wal", sync, got, mode, want)
+		}
+	}
+}
