@@ -87,11 +87,13 @@ func (r *Ref) acquireWrite(ctx context.Context) (*entry, error) {
 		}
 	}
 	e, err := r.h.pool.acquire(ctx, r.key, func() (*sql.DB, dbMeta, error) {
-		for {
+		for try := 0; ; try++ {
 			db, m, err := openDB(ctx, r.systemPath(), r.h.sync)
-			if !errors.Is(err, fs.ErrNotExist) {
+			if !errors.Is(err, fs.ErrNotExist) || try == 3 {
 				return db, m, err
 			}
+			// Missing: create it. ErrExist means another process
+			// created it first; open that one.
 			if err := r.create(ctx); err != nil && !errors.Is(err, fs.ErrExist) {
 				return nil, dbMeta{}, err
 			}
