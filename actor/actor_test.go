@@ -493,3 +493,37 @@ func TestDurabilitySettings(t *testing.T) {
 		}
 	}
 }
+
+// TestTwoHostsCreateOneDatabase: two Hosts (as two processes) writing a
+// new actor at once create its database once; neither write is lost.
+func TestTwoHostsCreateOneDatabase(t *testing.T) {
+	ctx := context.Background()
+	dir := filepath.Join(t.TempDir(), "actors")
+	ha, hb := openHost(t, Options{Dir: dir, Synchronous: "normal"}), openHost(t, Options{Dir: dir, Synchronous: "normal"})
+	ca, err := Define[map[string]int](ha, "m", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cb, err := Define[map[string]int](hb, "m", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 20 {
+		id := fmt.Sprint("actor-", i)
+		var wg sync.WaitGroup
+		errs := make([]error, 2)
+		for j, c := range []*Class[map[string]int]{ca, cb} {
+			wg.Go(func() {
+				_, errs[j] = actorOf(t, c, id).SetState(ctx, fmt.Appendf(nil, `{"host%d":1}`, j))
+			})
+		}
+		wg.Wait()
+		if err := errors.Join(errs...); err != nil {
+			t.Fatal(err)
+		}
+		st, err := actorOf(t, ca, id).State(ctx)
+		if err != nil || len(st) != 2 {
+			t.Fatalf("%s = %v, %v; want both hosts' keys", id, st, err)
+		}
+	}
+}
