@@ -168,5 +168,3 @@ func memNow(b *testing.B) (heap, rss int64) {
 	pages, _ := strconv.ParseInt(f[1], 10, 64)
 	return int64(ms.HeapInuse), pages * int64(os.Getpagesize())
 }
-
-
