@@ -342,12 +342,25 @@ func TestOtherClassesHaveNoLegacyLayout(t *testing.T) {
 
 // TestLegacyTasksRun: Run finds the tasks of actors still in the key-value
 // layout; running one migrates its actor.
+// This host's own unfinished migration (a crash after its claim) does not
+// hide the tasks either.
 func TestLegacyTasksRun(t *testing.T) {
+	for _, claimed := range []bool{false, true} {
+		t.Run(fmt.Sprint("claimed=", claimed), func(t *testing.T) { testLegacyTasksRun(t, claimed) })
+	}
+}
+
+func testLegacyTasksRun(t *testing.T, claimed bool) {
 	synctest.Test(t, func(t *testing.T) {
 		store := memkv.New()
 		seedLegacy(t, store, "s1", 2, time.Now().Add(time.Hour))
+		dir := filepath.Join(t.TempDir(), "actors")
+		if claimed {
+			b, _ := json.Marshal(markerRecord{Format: 1, State: markerMigrating, Host: "host-a", Dir: dir, Class: "session", ID: "s1"})
+			store.Put(context.Background(), legacyKey(t, "s1", "migrated"), b)
+		}
 		rec := &runs{}
-		h, err := Open(Options{Dir: filepath.Join(t.TempDir(), "actors"), Store: store, Agent: legacyAgent, HostID: "host-a", Logger: testLogger(t)})
+		h, err := Open(Options{Dir: dir, Store: store, Agent: legacyAgent, HostID: "host-a", Logger: testLogger(t)})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -619,7 +619,9 @@ func (h *Host) scanLegacyTasks(ctx context.Context) error {
 		if err != nil || r.HasDatabase() {
 			continue
 		}
-		if m, _, _, err := r.readMarker(ctx); err != nil || m != nil {
+		// Skip actors another host migrates or migrated; this host's own
+		// unfinished migration is redone when the task runs.
+		if m, _, _, err := r.readMarker(ctx); err != nil || m != nil && (!r.mine(m) || m.State == markerMigrated) {
 			continue
 		}
 		ts, err := r.legacyTasks(ctx)
