@@ -16,13 +16,19 @@ import (
 	"agentkit/bench/pair"
 )
 
-// floor is the four sides of BenchmarkFloor, on files in one folder of
+// floor is the five sides of BenchmarkFloor, on files in one folder of
 // the same disk, each writing the same bytes (the JSON of one event of the
-// runtime, about 500 bytes):
+// runtime, about 400 bytes):
 //
-//   - fsync: the record written in place at offset 0 of a preallocated
-//     file, then fdatasync: the least a durable write of a record costs on
-//     this disk (no file size or block allocation to make durable);
+//   - fdatasync: the record written in place at offset 0 of a
+//     preallocated file, then fdatasync: the least a durable write of a
+//     record costs on this disk (no file size, block allocation or time
+//     stamp to make durable);
+//   - fsync: the same write, then fsync, which also makes the file's
+//     modification time durable (a journal commit on ext4). SQLite calls
+//     fsync, not fdatasync, on every commit (strace shows it), so this is
+//     the floor of any SQLite commit here, and the "write + fsync" floor
+//     the target names;
 //   - append: the record appended to a file, then fdatasync (the file
 //     grows, so the file system journals its new size);
 //   - sqlite: one INSERT of the record into a SQLite table with agentkit's
@@ -99,14 +105,20 @@ func (f *floor) next() (sessiondb.Record, error) {
 	return record(event(f.meta.ID, f.seq, time.Now()))
 }
 
-// ops returns the four sides, in the order Loop starts them.
+// ops returns the five sides, in the order Loop starts them.
 func (f *floor) ops(ctx context.Context) []pair.Op {
 	return []pair.Op{
-		{Name: "fsync", Run: func(int) error {
+		{Name: "fdatasync", Run: func(int) error {
 			if _, err := f.inPlace.WriteAt(f.sample, 0); err != nil {
 				return err
 			}
 			return unix.Fdatasync(int(f.inPlace.Fd()))
+		}},
+		{Name: "fsync", Run: func(int) error {
+			if _, err := f.inPlace.WriteAt(f.sample, 0); err != nil {
+				return err
+			}
+			return f.inPlace.Sync()
 		}},
 		{Name: "append", Run: func(int) error {
 			if _, err := f.log.Write(f.sample); err != nil {
@@ -157,10 +169,11 @@ func (f *floor) Close() error {
 
 // BenchmarkFloor alternates the runtime's single event append with the
 // disk's floors (see floor), in one loop, and reports each side's time
-// and agentkit/fsync (the target: at most 1.3), agentkit/sqlite
-// and sqlite/fsync. Every side writes about 500 bytes, the JSON of one
-// event. It starts with sync(2), so other processes' dirty pages are not
-// flushed by the first fsyncs.
+// and agentkit/fsync (the target: at most 1.3), agentkit/fdatasync,
+// agentkit/sqlite, sqlite/fsync, fsync/fdatasync and append/fdatasync.
+// Every side writes the same record, the JSON of one event (about 400
+// bytes; record-bytes). It starts with sync(2), so other processes' dirty
+// pages are not flushed by the first fsyncs.
 func BenchmarkFloor(b *testing.B) {
 	ctx := b.Context()
 	f, err := openFloor(ctx, b.TempDir())
@@ -171,9 +184,11 @@ func BenchmarkFloor(b *testing.B) {
 	unix.Sync()
 	pair.Loop(b, f.ops(ctx),
 		pair.Ratio{Num: "agentkit", Den: "fsync"},
+		pair.Ratio{Num: "agentkit", Den: "fdatasync"},
 		pair.Ratio{Num: "agentkit", Den: "sqlite"},
 		pair.Ratio{Num: "sqlite", Den: "fsync"},
-		pair.Ratio{Num: "append", Den: "fsync"},
+		pair.Ratio{Num: "fsync", Den: "fdatasync"},
+		pair.Ratio{Num: "append", Den: "fdatasync"},
 	)
 	b.ReportMetric(float64(len(f.sample)), "record-bytes")
 }
