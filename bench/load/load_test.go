@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -11,6 +12,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -158,5 +160,85 @@ func TestFlagErrorsNameTheFlag(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("parseFlags(%q) = %v; want an error naming %s", c.args, err, c.want)
 		}
+	}
+}
+
+// fakeTurns is a server answering every turn: each start with a new
+// token, each continue with the token it was sent. It records the paths
+// and tokens it got, in order; status is the turns' status.
+type fakeTurns struct {
+	mu     sync.Mutex
+	status string
+	calls  []string // "start" or "continue <token>"
+	n      int
+}
+
+func (f *fakeTurns) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path == "/healthz" {
+		return
+	}
+	var body struct {
+		Token string `json:"continuationToken"`
+	}
+	json.NewDecoder(r.Body).Decode(&body)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	code, token := http.StatusOK, body.Token
+	if r.URL.Path == "/v1/sessions" {
+		f.n++
+		code, token = http.StatusCreated, fmt.Sprintf("token-%d", f.n)
+		f.calls = append(f.calls, "start")
+	} else {
+		f.calls = append(f.calls, "continue "+body.Token)
+	}
+	w.WriteHeader(code)
+	fmt.Fprintf(w, `{"sessionId":"s","continuationToken":%q,"turn":{"status":%q,"result":"echo"}}`, token, f.status)
+}
+
+// TestClientStartsThenContinues checks one client's requests: a start,
+// then -turns - 1 continues carrying the start's token, then a new start.
+func TestClientStartsThenContinues(t *testing.T) {
+	f := &fakeTurns{status: "completed"}
+	srv := httptest.NewServer(f)
+	defer srv.Close()
+	cfg, err := parseFlags([]string{"-addr", srv.URL, "-clients", "1", "-duration", "50ms", "-warmup", "0", "-turns", "3"}, os.Stderr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := run(t.Context(), cfg, &bytes.Buffer{}, &bytes.Buffer{}); err != nil {
+		t.Fatal(err)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.calls) < 7 {
+		t.Fatalf("the client made %d requests in 50ms against an instant server: %v", len(f.calls), f.calls)
+	}
+	for i, got := range f.calls {
+		want := "start"
+		if i%3 != 0 {
+			want = fmt.Sprintf("continue token-%d", i/3+1)
+		}
+		if got != want {
+			t.Fatalf("request %d was %q; want %q (a start, then two continues with its token)", i, got, want)
+		}
+	}
+}
+
+// TestFailedTurnStatusIsAnError counts a turn the server answers with
+// status failed as a failed request, not a latency.
+func TestFailedTurnStatusIsAnError(t *testing.T) {
+	srv := httptest.NewServer(&fakeTurns{status: "failed"})
+	defer srv.Close()
+	cfg, err := parseFlags([]string{"-addr", srv.URL, "-clients", "1", "-duration", "20ms", "-warmup", "0"}, os.Stderr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	err = run(t.Context(), cfg, &out, &bytes.Buffer{})
+	if err == nil || !strings.Contains(err.Error(), `ended "failed"`) {
+		t.Fatalf("run against turns ending failed returned %v; want an error saying so", err)
+	}
+	if rs := rows(t, out.String()); len(rs) != 1 || rs[0].turns != 0 {
+		t.Errorf("failed turns were counted as turns: %+v", rs)
 	}
 }
