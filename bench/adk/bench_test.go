@@ -32,10 +32,6 @@ var loadSizes = []int{1_000, 100_000}
 // lastN is how many recent events the load benchmarks read.
 const lastN = 20
 
-// turnsPerSession is how many turns BenchmarkTurn runs in one session
-// before starting the next, on both sides, so that the session each turn
-// loads stays that of a short chat however many iterations run.
-const turnsPerSession = 16
 
 // BenchmarkAppend alternates, in one loop, appending one event carrying a
 // textSize-byte text to a session durably on each side, and reports

@@ -3,9 +3,9 @@
 // loop (package agentkit/bench/pair), so a ratio comes from one run:
 //
 //   - BenchmarkFloor: the runtime's single event append beside the disk's
-//     fsync floor (a small record written and fdatasynced in place, and
-//     appended and fdatasynced) and a raw SQLite insert with agentkit's
-//     durability (WAL, synchronous=FULL).
+//     floors: the same record written in place and fsynced (and
+//     fdatasynced), appended and fdatasynced, and inserted into SQLite
+//     with agentkit's durability (WAL, synchronous=FULL).
 //   - BenchmarkSessionLength: a full turn (echo model) in a session of
 //     1,002 events beside one in a session of 100,002 events.
 //   - BenchmarkRestore: a runtime's start-up restore of 1,000 sessions
