@@ -18,12 +18,14 @@
 #
 # Environment:
 #   OUT    the folder for the results (default /tmp/agentkit-bench-DATE-TIME)
-#   COUNT  runs of each benchmark, for benchstat's medians (default 6)
+#   COUNT  runs of each benchmark, for the medians (default 6)
 #   LOAD_DURATION  per level and round of the load target (default 20s)
 # PostgreSQL is AGENTKIT_TEST_POSTGRES or the local default, as for the
-# tests. benchstat (pinned) summarizes each *.txt into *.stat; the paired
-# benchmarks report each side's time (adk-ns/op, agentkit-ns/op, ...) and
-# their ratio (adk/agentkit, agentkit/fsync, ...) as their own metrics.
+# tests. Each benchmark's raw output FILE.txt is summarized by benchstat
+# (pinned) into FILE.stat and by bench/medians into FILE.med (median, min
+# and max of every metric); the paired benchmarks report each side's time
+# (adk-ns/op, agentkit-ns/op, ...) and their ratio (adk/agentkit,
+# agentkit/fsync, ...) as metrics of their own.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -36,9 +38,12 @@ OUT=$(cd "$OUT" && pwd)
 
 step() { printf '\n== %s\n' "$*" >&2; }
 
-benchstat() { # file.txt
+# summary FILE.txt: benchstat's tables (FILE.stat) and, one line per
+# benchmark and metric, the median, minimum and maximum (FILE.med).
+summary() {
   go run "golang.org/x/perf/cmd/benchstat@$BENCHSTAT_VERSION" "$1" > "${1%.txt}.stat"
-  cat "${1%.txt}.stat"
+  go run ./bench/medians "$1" > "${1%.txt}.med"
+  cat "${1%.txt}.med"
 }
 
 # The test binaries, built once per run.
@@ -66,7 +71,7 @@ run_floor() {
   turn_test
   "$OUT/turn.test" -test.run '^$' -test.bench '^BenchmarkFloor$' -test.benchtime 2000x \
     -test.count "$COUNT" | tee "$OUT/floor.txt"
-  benchstat "$OUT/floor.txt"
+  summary "$OUT/floor.txt"
 }
 
 run_length() {
@@ -74,7 +79,7 @@ run_length() {
   turn_test
   "$OUT/turn.test" -test.run '^$' -test.bench '^BenchmarkSessionLength$' -test.benchtime 20x \
     -test.count "$COUNT" -test.timeout 60m | tee "$OUT/length.txt"
-  benchstat "$OUT/length.txt"
+  summary "$OUT/length.txt"
 }
 
 run_restore() {
@@ -82,7 +87,7 @@ run_restore() {
   turn_test
   "$OUT/turn.test" -test.run '^$' -test.bench '^BenchmarkRestore$' -test.benchtime 5x \
     -test.count "$COUNT" -test.timeout 60m | tee "$OUT/restore.txt"
-  benchstat "$OUT/restore.txt"
+  summary "$OUT/restore.txt"
 }
 
 run_turnalone() {
@@ -90,7 +95,7 @@ run_turnalone() {
   turn_test
   "$OUT/turn.test" -test.run '^$' -test.bench '^BenchmarkTurn$' -test.benchtime 1000x \
     -test.count "$COUNT" | tee "$OUT/turnalone.txt"
-  benchstat "$OUT/turnalone.txt"
+  summary "$OUT/turnalone.txt"
 }
 
 run_adk() {
@@ -100,8 +105,8 @@ run_adk() {
     -test.count "$COUNT" -test.timeout 60m) | tee "$OUT/adk.txt"
   (cd "$OUT" && ./adk.test -test.run '^$' -test.bench '^BenchmarkLoadLast20$' \
     -test.count "$COUNT" -test.timeout 60m) | tee "$OUT/adk-load.txt"
-  benchstat "$OUT/adk.txt"
-  benchstat "$OUT/adk-load.txt"
+  summary "$OUT/adk.txt"
+  summary "$OUT/adk-load.txt"
 }
 
 # fsyncs_of BINARY BENCH: runs one benchmark under strace at two
