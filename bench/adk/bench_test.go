@@ -32,7 +32,6 @@ var loadSizes = []int{1_000, 100_000}
 // lastN is how many recent events the load benchmarks read.
 const lastN = 20
 
-
 // BenchmarkAppend alternates, in one loop, appending one event carrying a
 // textSize-byte text to a session durably on each side, and reports
 // adk-ns/op, agentkit-ns/op and adk/agentkit (how many times agentkit's
