@@ -9,11 +9,13 @@
 #   floor    bench/turn BenchmarkFloor: single event append vs the fsync floor
 #   length   bench/turn BenchmarkSessionLength: a turn on 100,002 vs 1,002 events
 #   restore  bench/turn BenchmarkRestore: restore of 1,000 sessions vs raw reads
-#   turnalone bench/turn BenchmarkTurn: agentkit's turn alone, store writes per turn
+#   turnalone bench/turn BenchmarkTurn and BenchmarkConcurrentTurns: agentkit's
+#            turn alone (store writes per turn), and 16 at once in process
 #   adk      bench/adk: append, turn and load against ADK, paired
 #   fsyncs   fsyncs per append and per turn, by file, counted with strace
 #   load     bench/load: agentkit serve at 1 and 16 clients
 #   profile  CPU profiles of the turn (go test -cpuprofile, go tool pprof -top)
+#            and where 16 concurrent turns wait (-blockprofile)
 #   turn     all of the above
 #
 # Environment:
@@ -91,9 +93,9 @@ run_restore() {
 }
 
 run_turnalone() {
-  step "turnalone: agentkit's turn alone"
+  step "turnalone: agentkit's turn alone, and 16 at once in process"
   turn_test
-  "$OUT/turn.test" -test.run '^$' -test.bench '^BenchmarkTurn$' -test.benchtime 1000x \
+  "$OUT/turn.test" -test.run '^$' -test.bench '^Benchmark(Turn|ConcurrentTurns)$' -test.benchtime 1000x \
     -test.count "$COUNT" | tee "$OUT/turnalone.txt"
   summary "$OUT/turnalone.txt"
 }
@@ -178,6 +180,9 @@ run_profile() {
   (cd "$OUT" && ./turn.test -test.run '^$' -test.bench '^BenchmarkSessionLength$' -test.benchtime 10x \
     -test.cpuprofile length.cpu > /dev/null)
   go tool pprof -top -cum -nodecount 40 "$OUT/turn.test" "$OUT/length.cpu" > "$OUT/length-pprof-cum.txt"
+  (cd "$OUT" && ./turn.test -test.run '^$' -test.bench '^BenchmarkConcurrentTurns$' -test.benchtime 1000x \
+    -test.blockprofile concurrent.block -test.blockprofilerate 1 > /dev/null)
+  go tool pprof -top -cum -nodecount 60 "$OUT/turn.test" "$OUT/concurrent.block" > "$OUT/concurrent-block-cum.txt"
   head -60 "$OUT/turn-pprof-cum.txt"
 }
 

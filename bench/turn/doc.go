@@ -13,7 +13,10 @@
 //     entries, then each session's metadata and event batches, one range
 //     read per session), on the embedded SQLite store and on PostgreSQL.
 //   - BenchmarkTurn: agentkit's turn alone, for CPU profiles and for
-//     counting its fsyncs and store writes.
+//     counting its fsyncs and store writes;
+//   - BenchmarkConcurrentTurns: 16 turns at once on one runtime, in
+//     process, with their p50, p99 and p99/p50, and a block profile of
+//     where they wait.
 //
 // The package holds only tests and benchmarks. Its tests run every
 // benchmark's body on small fixtures and check what it measures (the turn

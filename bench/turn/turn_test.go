@@ -5,7 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"runtime"
+	"slices"
+	"sync"
 	"testing"
+	"time"
 
 	"agentkit/agent"
 	"agentkit/keys"
@@ -166,4 +170,63 @@ func TestTurnMirrorsEveryTurn(t *testing.T) {
 			}
 		})
 	}
+}
+
+// concurrentClients is how many goroutines BenchmarkConcurrentTurns runs
+// turns from, each in a session of its own.
+const concurrentClients = 16
+
+// BenchmarkConcurrentTurns runs agentkit's full turn from 16 goroutines at
+// once on one runtime (the embedded default store), each continuing a
+// session of its own, in process: the load of bench/load without HTTP. It
+// reports each turn's latency percentiles (p50-ns, p99-ns) and p99/p50
+// (the target under 16 clients: at most 5); ns/op is the wall time
+// per turn, the inverse of the throughput. Run it with -blockprofile to see
+// where the turns wait (scripts/bench.sh profile).
+func BenchmarkConcurrentTurns(b *testing.B) {
+	ctx := b.Context()
+	rt, err := openRuntime(ctx, b.TempDir()+"/state", nil, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer func() {
+		if err := rt.Close(); err != nil {
+			b.Error(err)
+		}
+	}()
+	var mu sync.Mutex
+	var lat []time.Duration
+	procs := runtime.GOMAXPROCS(0)
+	b.SetParallelism((concurrentClients + procs - 1) / procs)
+	b.RunParallel(func(pb *testing.PB) {
+		res, err := rt.StartSession(ctx, agent.StartRequest{Message: text(0)})
+		if err != nil {
+			b.Error(err)
+			return
+		}
+		var mine []time.Duration
+		for i := 1; pb.Next(); i++ {
+			t0 := time.Now()
+			r, err := rt.Continue(ctx, agent.ContinueRequest{Token: res.ContinuationToken, Message: text(i)})
+			if err == nil && r.Turn.Status != agent.StatusCompleted {
+				err = fmt.Errorf("turn ended %s: %.40q", r.Turn.Status, r.Turn.Result)
+			}
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			mine = append(mine, time.Since(t0))
+		}
+		mu.Lock()
+		lat = append(lat, mine...)
+		mu.Unlock()
+	})
+	if len(lat) == 0 {
+		return
+	}
+	slices.Sort(lat)
+	p50, p99 := lat[len(lat)/2], lat[min(len(lat)-1, len(lat)*99/100)]
+	b.ReportMetric(float64(p50.Nanoseconds()), "p50-ns")
+	b.ReportMetric(float64(p99.Nanoseconds()), "p99-ns")
+	b.ReportMetric(float64(p99)/float64(p50), "p99/p50")
 }
