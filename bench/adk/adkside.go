@@ -6,6 +6,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/url"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/glebarez/sqlite"
@@ -35,6 +38,52 @@ type adkStore struct {
 	pool    *sql.DB
 	dialect string
 	cleanup func(context.Context) error // drops the PostgreSQL schema; nil on SQLite
+	commits *commitCounter              // the server commits ADK asked for; nil on SQLite
+}
+
+// commitCounter is a pgx tracer counting the transactions committed on
+// the server: COMMIT statements, and writes sent outside a transaction.
+type commitCounter struct {
+	mu    sync.Mutex
+	inTx  map[*pgx.Conn]bool
+	count int
+}
+
+// TraceQueryStart counts a commit, or a write outside a transaction.
+func (c *commitCounter) TraceQueryStart(ctx context.Context, conn *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
+	verb := strings.ToLower(strings.Fields(strings.TrimSpace(data.SQL) + " x")[0])
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.inTx == nil {
+		c.inTx = map[*pgx.Conn]bool{}
+	}
+	switch verb {
+	case "begin":
+		c.inTx[conn] = true
+	case "commit":
+		c.count++
+		c.inTx[conn] = false
+	case "rollback":
+		c.inTx[conn] = false
+	case "insert", "update", "delete":
+		if !c.inTx[conn] {
+			c.count++
+		}
+	}
+	return ctx
+}
+
+// TraceQueryEnd does nothing.
+func (c *commitCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+// total returns the commits counted so far.
+func (c *commitCounter) total() int {
+	if c == nil {
+		return 0
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.count
 }
 
 // adkGormConfig is the gorm configuration of the ADK service: prepared
@@ -46,13 +95,35 @@ func adkGormConfig() *gorm.Config {
 	return &gorm.Config{PrepareStmt: true, Logger: logger.Discard}
 }
 
+// SQLite journal settings of ADK's side.
+const (
+	// adkWAL runs ADK's SQLite file with agentkit's durability: WAL and
+	// synchronous=FULL (one fsync of the WAL per commit).
+	adkWAL = "wal"
+	// adkDefault runs it with SQLite's defaults, which ADK's dialector
+	// keeps: the rollback journal (journal_mode=DELETE) and
+	// synchronous=FULL.
+	adkDefault = "default"
+)
+
 // openADKSQLite opens ADK's service on the SQLite file at path, through
-// ADK's SQLite dialector (github.com/glebarez/sqlite) with its defaults:
-// no journal or synchronous pragma, so SQLite's own defaults apply
-// (journal_mode=DELETE, synchronous=FULL), and the 5-second busy timeout
-// its driver sets on every connection.
-func openADKSQLite(ctx context.Context, path string) (*adkStore, error) {
-	pool, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(5000)")
+// ADK's SQLite dialector (github.com/glebarez/sqlite), with the 5-second
+// busy timeout its driver sets on every connection, and the journal mode:
+// adkWAL adds journal_mode=WAL and synchronous=FULL; adkDefault sets no
+// pragma, so SQLite's defaults apply (journal_mode=DELETE,
+// synchronous=FULL).
+func openADKSQLite(ctx context.Context, path, mode string) (*adkStore, error) {
+	q := url.Values{}
+	q.Add("_pragma", "busy_timeout(5000)")
+	switch mode {
+	case adkWAL:
+		q.Add("_pragma", "journal_mode(WAL)")
+		q.Add("_pragma", "synchronous(FULL)")
+	case adkDefault:
+	default:
+		return nil, fmt.Errorf("adk sqlite: unknown journal setting %q", mode)
+	}
+	pool, err := sql.Open("sqlite", "file:"+path+"?"+q.Encode())
 	if err != nil {
 		return nil, fmt.Errorf("adk sqlite: %w", err)
 	}
@@ -79,6 +150,8 @@ func openADKPostgres(ctx context.Context, serverURL, schema string) (*adkStore, 
 		return nil, errors.Join(fmt.Errorf("adk postgres: %w", err), drop(ctx))
 	}
 	cfg.RuntimeParams["search_path"] = schema
+	commits := &commitCounter{}
+	cfg.Tracer = commits
 	// What the dialector does with a DSN, done here so the pool is ours.
 	pool := stdlib.OpenDB(*cfg)
 	s, err := newADKStore(ctx, postgres.New(postgres.Config{Conn: pool}), pool, "postgres")
@@ -87,6 +160,7 @@ func openADKPostgres(ctx context.Context, serverURL, schema string) (*adkStore, 
 		return nil, errors.Join(err, drop(ctx))
 	}
 	s.cleanup = drop
+	s.commits = commits
 	return s, nil
 }
 
@@ -140,31 +214,6 @@ func (s *adkStore) appendEvent(ctx context.Context, sess session.Session, invoca
 	ev := adkEvent(ctx, invocation, adkBot, genai.RoleModel, txt, time.Now())
 	if err := s.svc.AppendEvent(ctx, sess, ev); err != nil {
 		return fmt.Errorf("adk %s: appending to session %s: %w", s.dialect, sess.ID(), err)
-	}
-	return nil
-}
-
-// turn persists one turn as agentkit records it, in three events of the
-// same texts: the user's message, the model's answer, and the turn's end
-// (the answer again, marked TurnComplete). Each event is stamped just
-// before it is appended, as an agent makes them, so their times differ
-// (ADK orders a session's events by time alone).
-func (s *adkStore) turn(ctx context.Context, sess session.Session, invocation, msg string) error {
-	answer := echoPrefix + msg
-	for i := range 3 {
-		var ev *session.Event
-		switch i {
-		case 0:
-			ev = adkEvent(ctx, invocation, "user", genai.RoleUser, msg, time.Now())
-		case 1:
-			ev = adkEvent(ctx, invocation, adkBot, genai.RoleModel, answer, time.Now())
-		default:
-			ev = adkEvent(ctx, invocation, adkBot, genai.RoleModel, answer, time.Now())
-			ev.TurnComplete = true
-		}
-		if err := s.svc.AppendEvent(ctx, sess, ev); err != nil {
-			return fmt.Errorf("adk %s: appending to session %s: %w", s.dialect, sess.ID(), err)
-		}
 	}
 	return nil
 }

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -16,6 +17,7 @@ import (
 	"agentkit/agent"
 	"agentkit/agent/sessiondb"
 	"agentkit/agent/stateroot"
+	"agentkit/keys"
 	"agentkit/kv"
 	"agentkit/kv/pgkv"
 	"agentkit/model"
@@ -33,20 +35,45 @@ const sessionsFile = "sessions.db"
 // model (no network, deterministic), the memory journal off (ADK has no
 // counterpart), sessions mirrored to store after every turn.
 type akRuntime struct {
-	rt    *agent.Runtime
-	root  string
-	store *kv.DB // the PostgreSQL store; nil with the default SQLite store
-	drop  func(context.Context) error
+	rt     *agent.Runtime
+	root   string
+	store  *kv.DB // the PostgreSQL store; nil with the default SQLite store
+	drop   func(context.Context) error
+	writes *writeCounter
+}
+
+// writeCounter is an Observer counting the runtime's store writes.
+type writeCounter struct {
+	agent.NopObserver
+	mu sync.Mutex
+	n  int
+}
+
+// StoreOp counts the writes.
+func (c *writeCounter) StoreOp(op string, _ time.Duration, _ error) {
+	switch op {
+	case "put", "delete", "put_if_absent", "put_if_version":
+		c.mu.Lock()
+		c.n++
+		c.mu.Unlock()
+	}
+}
+
+func (c *writeCounter) total() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n
 }
 
 // openAKSQLite opens a runtime on root with the default store: the SQLite
 // file root/kv/kv.db (kv/sqlitekv: WAL, synchronous=FULL).
 func openAKSQLite(ctx context.Context, root string) (*akRuntime, error) {
-	rt, err := openRuntime(ctx, root, nil)
+	w := &writeCounter{}
+	rt, err := openRuntime(ctx, root, nil, w)
 	if err != nil {
 		return nil, err
 	}
-	return &akRuntime{rt: rt, root: root}, nil
+	return &akRuntime{rt: rt, root: root, writes: w}, nil
 }
 
 // openAKPostgres opens a runtime on root whose store is table on the
@@ -60,14 +87,15 @@ func openAKPostgres(ctx context.Context, root, serverURL, table string) (*akRunt
 		err := store.Backend().(*pgkv.Store).Drop(ctx)
 		return errors.Join(err, store.Close())
 	}
-	rt, err := openRuntime(ctx, root, store)
+	w := &writeCounter{}
+	rt, err := openRuntime(ctx, root, store, w)
 	if err != nil {
 		return nil, errors.Join(err, drop(ctx))
 	}
-	return &akRuntime{rt: rt, root: root, store: store, drop: drop}, nil
+	return &akRuntime{rt: rt, root: root, store: store, drop: drop, writes: w}, nil
 }
 
-func openRuntime(ctx context.Context, root string, store *kv.DB) (*agent.Runtime, error) {
+func openRuntime(ctx context.Context, root string, store *kv.DB, obs agent.Observer) (*agent.Runtime, error) {
 	echo, err := model.NewEcho(nil)
 	if err != nil {
 		return nil, err
@@ -77,6 +105,7 @@ func openRuntime(ctx context.Context, root string, store *kv.DB) (*agent.Runtime
 		StateRoot: root,
 		Memory:    agent.Memory{Off: true},
 		Logger:    slog.New(slog.DiscardHandler),
+		Observer:  obs,
 	}
 	if store != nil {
 		cfg.Store = store
@@ -95,6 +124,35 @@ func (a *akRuntime) Close(ctx context.Context) error {
 		err = errors.Join(err, a.drop(ctx))
 	}
 	return err
+}
+
+// akTurner runs agentkit's full turns on a runtime: a new session every
+// turnsPerSession turns (StartSession), follow-ups in between (Continue
+// with the session's continuation token).
+type akTurner struct {
+	a     *akRuntime
+	token string
+	n     int
+}
+
+// turn runs the next turn with msg and returns its answer.
+func (t *akTurner) turn(ctx context.Context, msg string) (agent.TurnResult, error) {
+	var res agent.TurnResult
+	var err error
+	if t.n%turnsPerSession == 0 {
+		res, err = t.a.rt.StartSession(ctx, agent.StartRequest{Message: msg})
+		t.token = res.ContinuationToken
+	} else {
+		res, err = t.a.rt.Continue(ctx, agent.ContinueRequest{Token: t.token, Message: msg})
+	}
+	t.n++
+	if err != nil {
+		return res, err
+	}
+	if res.Turn.Status != agent.StatusCompleted {
+		return res, fmt.Errorf("agentkit turn %d ended %s: %s", t.n, res.Turn.Status, shorten(res.Turn.Result))
+	}
+	return res, nil
 }
 
 // akEvent returns event seq of a session as the runtime records it: turns
@@ -191,14 +249,23 @@ func (a *akRuntime) fill(ctx context.Context, n int) (string, error) {
 // way the runtime records each event of a turn (turn.record): the event's
 // JSON and the session's new row in one transaction, on disk (WAL,
 // synchronous=FULL) when Record returns.
+//
+// With a store (the PostgreSQL rows), each append also writes the event
+// through to the store at once, as a one-event batch under the key the
+// runtime's mirror uses for event batches: what an event durable on the
+// server costs agentkit. (The runtime itself writes no store per event; it
+// mirrors a turn's events in one batch at the turn's end, which
+// BenchmarkTurn measures.)
 type akLog struct {
-	db   *sessiondb.DB
-	meta sessiondb.Meta
+	db    *sessiondb.DB
+	meta  sessiondb.Meta
+	store *kv.DB
+	scope keys.Scope
 }
 
 // openAKLog opens (creating) the session database at path with one new
-// session.
-func openAKLog(ctx context.Context, path string) (*akLog, error) {
+// session, writing through to store when it is not nil.
+func openAKLog(ctx context.Context, path string, store *kv.DB) (*akLog, error) {
 	db, err := sessiondb.Open(ctx, path)
 	if err != nil {
 		return nil, err
@@ -208,7 +275,21 @@ func openAKLog(ctx context.Context, path string) (*akLog, error) {
 		db.Close()
 		return nil, err
 	}
-	return &akLog{db: db, meta: m}, nil
+	scope, err := keys.Agent(akAgent)
+	if err != nil {
+		db.Close()
+		return nil, err
+	}
+	return &akLog{db: db, meta: m, store: store, scope: scope}, nil
+}
+
+// akBatch is the stored form of an event batch (the runtime's mirror
+// record, format version 1).
+type akBatch struct {
+	V         int               `json:"v"`
+	SessionID string            `json:"sessionId"`
+	Batch     int64             `json:"batch"`
+	Events    []json.RawMessage `json:"events"`
 }
 
 // append records the session's next event, carrying txt.
@@ -224,7 +305,18 @@ func (l *akLog) append(ctx context.Context, txt string) error {
 		return err
 	}
 	l.meta = next
-	return nil
+	if l.store == nil {
+		return nil
+	}
+	key, err := l.scope.EventBatch(l.meta.ID, uint64(ev.Seq))
+	if err != nil {
+		return err
+	}
+	batch, err := json.Marshal(akBatch{V: 1, SessionID: l.meta.ID, Batch: ev.Seq, Events: []json.RawMessage{rec.Data}})
+	if err != nil {
+		return err
+	}
+	return l.store.Put(ctx, key, batch)
 }
 
 // Close closes the database.

@@ -15,6 +15,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"agentkit/internal/testenv"
+	"agentkit/kv"
+	"agentkit/kv/pgkv"
 )
 
 // defaultServer is the PostgreSQL server used unless
@@ -68,11 +70,12 @@ func pgName(what string) string {
 	return fmt.Sprintf("adkbench_%s_%s%d", runID, what, nameSeq)
 }
 
-// newADK opens a fresh ADK store on db ("sqlite": a file in dir;
-// "postgres": a new schema), closed when tb ends.
-func newADK(tb testing.TB, db, dir string) *adkStore {
+// newADK opens a fresh ADK store on db ("sqlite": the file dir/adk/adk.db
+// with the journal setting mode; "postgres": a new schema), closed when tb
+// ends.
+func newADK(tb testing.TB, db, mode, dir string) *adkStore {
 	tb.Helper()
-	s, err := openADK(context.Background(), tb, db, dir)
+	s, err := openADK(context.Background(), tb, db, mode, dir)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -84,15 +87,20 @@ func newADK(tb testing.TB, db, dir string) *adkStore {
 	return s
 }
 
-func openADK(ctx context.Context, tb testing.TB, db, dir string) (*adkStore, error) {
+func openADK(ctx context.Context, tb testing.TB, db, mode, dir string) (*adkStore, error) {
 	if db == "postgres" {
 		return openADKPostgres(ctx, pgServer(tb), pgName("adk"))
 	}
-	return openADKSQLite(ctx, filepath.Join(dir, "adk.db"))
+	// The folder's name tells the two sides' files apart in strace's
+	// output (scripts/bench.sh fsyncs).
+	if err := os.MkdirAll(filepath.Join(dir, "adk"), 0o755); err != nil {
+		return nil, err
+	}
+	return openADKSQLite(ctx, filepath.Join(dir, "adk", "adk.db"), mode)
 }
 
-// newAK opens a fresh agentkit runtime on a state root in dir, with its
-// store on db ("sqlite": the default store; "postgres": a new pgkv
+// newAK opens a fresh agentkit runtime on the state root dir/agentkit/state,
+// with its store on db ("sqlite": the default store; "postgres": a new pgkv
 // table), closed when tb ends.
 func newAK(tb testing.TB, db, dir string) *akRuntime {
 	tb.Helper()
@@ -109,7 +117,7 @@ func newAK(tb testing.TB, db, dir string) *akRuntime {
 }
 
 func openAK(ctx context.Context, tb testing.TB, db, dir string) (*akRuntime, error) {
-	root := filepath.Join(dir, "state")
+	root := filepath.Join(dir, "agentkit", "state")
 	if db == "postgres" {
 		return openAKPostgres(ctx, root, pgServer(tb), pgName("kv"))
 	}
@@ -192,11 +200,12 @@ type loadFixture[S any] struct {
 	id   string
 }
 
-// adkLoad returns an ADK store on db holding one session of n events, in
-// a database of its own (see README: ADK's query reads the whole table).
+// adkLoad returns an ADK store on db (SQLite in WAL mode) holding one
+// session of n events, in a database of its own (see README: ADK's query
+// reads the whole table).
 func adkLoad(tb testing.TB, db string, n int) loadFixture[*adkStore] {
 	return shared(tb, fmt.Sprintf("adk/%s/%d", db, n), func(ctx context.Context, dir string) (loadFixture[*adkStore], func(context.Context) error, error) {
-		s, err := openADK(ctx, tb, db, dir)
+		s, err := openADK(ctx, tb, db, adkWAL, dir)
 		if err != nil {
 			return loadFixture[*adkStore]{}, nil, err
 		}
@@ -224,4 +233,38 @@ func akLoad(tb testing.TB, db string, n int) loadFixture[*akRuntime] {
 		return id, func(context.Context) error { return nil }, err
 	})
 	return loadFixture[*akRuntime]{a, id}
+}
+
+// newAKLog opens the session database dir/agentkit/sessions.db with one
+// session, for the append benchmark; on db "postgres" its appends also
+// write through to a fresh pgkv table, dropped when tb ends.
+func newAKLog(tb testing.TB, db, dir string) *akLog {
+	tb.Helper()
+	ctx := context.Background()
+	var store *kv.DB
+	if db == "postgres" {
+		var err error
+		store, err = pgkv.Open(ctx, pgServer(tb), &pgkv.Options{Table: pgName("kv")})
+		if err != nil {
+			tb.Fatal(err)
+		}
+		tb.Cleanup(func() {
+			if err := errors.Join(store.Backend().(*pgkv.Store).Drop(context.Background()), store.Close()); err != nil {
+				tb.Error(err)
+			}
+		})
+	}
+	if err := os.MkdirAll(filepath.Join(dir, "agentkit"), 0o755); err != nil {
+		tb.Fatal(err)
+	}
+	l, err := openAKLog(ctx, filepath.Join(dir, "agentkit", sessionsFile), store)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() {
+		if err := l.Close(); err != nil {
+			tb.Error(err)
+		}
+	})
+	return l
 }

@@ -41,3 +41,8 @@ func shorten(s string) string {
 	}
 	return s
 }
+
+// turnsPerSession is how many turns BenchmarkTurn runs in one session
+// before starting the next, on both sides, so that the session each turn
+// loads stays that of a short chat however many iterations run.
+const turnsPerSession = 16

@@ -39,12 +39,13 @@ func adkText(t *testing.T, ev *session.Event) string {
 // the append and turn paths the benchmarks time store what they should;
 // and the fill's rows are what ADK's own AppendEvent writes.
 func TestSameEvents(t *testing.T) {
-	for _, db := range databases {
-		t.Run("db="+db, func(t *testing.T) {
+	for _, c := range setups {
+		db := c.db
+		t.Run(c.name, func(t *testing.T) {
 			ctx := t.Context()
 			want := texts(smokeEvents-lastN+1, smokeEvents)
 
-			s := newADK(t, db, t.TempDir())
+			s := newADK(t, db, c.mode, t.TempDir())
 			if err := s.fill(ctx, "filled", smokeEvents); err != nil {
 				t.Fatal(err)
 			}
@@ -82,7 +83,7 @@ func TestSameEvents(t *testing.T) {
 
 			checkADKAppend(t, s)
 			checkADKFillMatchesAppend(t, s)
-			checkAKAppend(t)
+			checkAKAppend(t, db)
 			checkAKTurn(t, a)
 			checkADKTurn(t, s)
 		})
@@ -103,9 +104,15 @@ func checkADKAppend(t *testing.T, s *adkStore) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	c0 := s.commits.total()
 	for i := 1; i <= 3; i++ {
 		if err := s.appendEvent(ctx, sess, "inv", text(i)); err != nil {
 			t.Fatal(err)
+		}
+	}
+	if s.commits != nil {
+		if got := s.commits.total() - c0; got != 3 {
+			t.Errorf("three ADK appends committed %d transactions on PostgreSQL; the counter expects one each", got)
 		}
 	}
 	evs, err := s.lastEvents(ctx, sess.ID(), lastN)
@@ -169,14 +176,11 @@ func checkADKFillMatchesAppend(t *testing.T, s *adkStore) {
 	}
 }
 
-// checkAKAppend appends through BenchmarkAppend's path and reads it back.
-func checkAKAppend(t *testing.T) {
+// checkAKAppend appends through BenchmarkAppend's path and reads it back;
+// on PostgreSQL it also finds each event on the server.
+func checkAKAppend(t *testing.T, db string) {
 	ctx := t.Context()
-	l, err := openAKLog(ctx, filepath.Join(t.TempDir(), sessionsFile))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
+	l := newAKLog(t, db, t.TempDir())
 	for i := 1; i <= 3; i++ {
 		if err := l.append(ctx, text(i)); err != nil {
 			t.Fatal(err)
@@ -200,6 +204,30 @@ func checkAKAppend(t *testing.T) {
 	m, err := l.db.Get(ctx, l.meta.ID)
 	if err != nil || m.LastSeq != 3 {
 		t.Errorf("agentkit session row after 3 appends: LastSeq %d, %v; want 3", m.LastSeq, err)
+	}
+	if db != "postgres" {
+		if l.store != nil {
+			t.Errorf("the SQLite append writes through to a store")
+		}
+		return
+	}
+	for seq := uint64(1); seq <= 3; seq++ {
+		key, err := l.scope.EventBatch(l.meta.ID, seq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		data, err := l.store.Get(ctx, key)
+		if err != nil {
+			t.Fatalf("event %d is not on the PostgreSQL server after its append: %v", seq, err)
+		}
+		var b akBatch
+		if err := json.Unmarshal(data, &b); err != nil || len(b.Events) != 1 {
+			t.Fatalf("the stored batch of event %d does not hold it: %s (%v)", seq, shorten(string(data)), err)
+		}
+		var ev agent.Event
+		if err := json.Unmarshal(b.Events[0], &ev); err != nil || eventText(ev) != text(int(seq)) {
+			t.Errorf("the stored event %d carries %q (%v); want %q", seq, shorten(eventText(ev)), err, shorten(text(int(seq))))
+		}
 	}
 }
 
@@ -255,42 +283,58 @@ func checkAKTurn(t *testing.T, a *akRuntime) {
 	}
 }
 
-// checkADKTurn runs one turn through BenchmarkTurn's path.
+// checkADKTurn runs two turns through BenchmarkTurn's path, ADK's runner,
+// and checks their answers and the four events they stored.
 func checkADKTurn(t *testing.T, s *adkStore) {
 	ctx := t.Context()
+	r, err := newADKRunner(s)
+	if err != nil {
+		t.Fatal(err)
+	}
 	sess, err := s.create(ctx, uuid.NewString())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.turn(ctx, sess, "inv", text(1)); err != nil {
-		t.Fatal(err)
+	c0 := s.commits.total()
+	for i := 1; i <= 2; i++ {
+		answer, err := r.turn(ctx, sess.ID(), text(i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if answer != echoPrefix+text(i) {
+			t.Errorf("ADK's turn %d answered %q; want the echo of its message", i, shorten(answer))
+		}
 	}
-	evs, err := s.lastEvents(ctx, sess.ID(), 0)
+	if s.commits != nil {
+		if got := s.commits.total() - c0; got != 4 {
+			t.Errorf("two ADK turns committed %d transactions on PostgreSQL; want 4 (two AppendEvents each)", got)
+		}
+	}
+	resp, err := s.svc.Get(ctx, &session.GetRequest{AppName: adkApp, UserID: adkUser, SessionID: sess.ID()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var got []string
-	for _, ev := range evs {
-		got = append(got, adkText(t, ev))
-	}
-	want := []string{text(1), echoPrefix + text(1), echoPrefix + text(1)}
-	if !slices.Equal(got, want) || !evs[2].TurnComplete {
-		t.Errorf("ADK turn stored %q; want %q with the last event TurnComplete", got, want)
+	want := []string{text(1), echoPrefix + text(1), text(2), echoPrefix + text(2)}
+	if got := adkEventsOf(resp.Session); !slices.Equal(got, want) {
+		t.Errorf("ADK's turns stored %d events %q; want %d: each message and its echo", len(got), got, len(want))
 	}
 }
 
 // TestDurabilitySettings checks the SQLite settings README states: ADK's
-// file in rollback-journal mode (DELETE) with synchronous=FULL, agentkit's
-// session database in WAL mode. It logs PostgreSQL's.
+// file in WAL mode with synchronous=FULL (adk=wal) and in rollback-journal
+// mode (DELETE) with synchronous=FULL (adk=default); agentkit's session
+// database in WAL mode. It logs PostgreSQL's.
 func TestDurabilitySettings(t *testing.T) {
 	ctx := t.Context()
-	s := newADK(t, "sqlite", t.TempDir())
-	journal, syncMode, err := s.pragmas(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if journal != "delete" || syncMode != 2 {
-		t.Errorf("ADK's SQLite connection has journal_mode=%s synchronous=%d; README says delete and 2 (FULL)", journal, syncMode)
+	for mode, want := range map[string]string{adkWAL: "wal", adkDefault: "delete"} {
+		s := newADK(t, "sqlite", mode, t.TempDir())
+		journal, syncMode, err := s.pragmas(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if journal != want || syncMode != 2 {
+			t.Errorf("ADK's SQLite connection (adk=%s) has journal_mode=%s synchronous=%d; README says %s and 2 (FULL)", mode, journal, syncMode, want)
+		}
 	}
 
 	a := newAK(t, "sqlite", t.TempDir())
