@@ -66,14 +66,14 @@ func (e *Error) Unwrap() error { return e.Err }
 // missing capability is an error matching errors.ErrUnsupported. A DB is safe
 // for concurrent use when its backend is, which every registered driver is.
 type DB struct {
-	name   string
-	caps   Capabilities
-	raw    any
-	put    Putter
-	get    Getter
-	del    Deleter
-	list   Lister
-	cas    CAS
+	name string
+	caps Capabilities
+	raw  any
+	put  Putter
+	get  Getter
+	del  Deleter
+	list Lister
+	cas  CAS
 	// closed is shared by the handles WithObserver makes.
 	closed *atomic.Bool
 	obs    []Observer
