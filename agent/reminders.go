@@ -20,10 +20,13 @@ type reminders struct {
 // newReminders opens the scheduler over the state root's reminders/ folder
 // and the store. start starts its loop.
 func newReminders(ctx context.Context, r *Runtime) (*reminders, error) {
+	as, err := r.binding.Agent(r.agent.Name)
+	if err != nil {
+		return nil, fmt.Errorf("agent: reminders: %w", err)
+	}
 	s, err := reminder.Open(ctx, reminder.Options{
 		Dir:          r.root.Path(stateroot.RemindersDir),
-		Store:        r.store,
-		Agent:        r.agent.Name,
+		Records:      as.Reminders(),
 		HostID:       r.cfg.Reminders.HostID,
 		Fire:         r.fireReminder,
 		Lease:        r.cfg.Reminders.Lease,

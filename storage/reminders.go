@@ -90,6 +90,17 @@ func (a *AgentStore) Reminders() *Reminders { return &Reminders{a: a} }
 // hosts may fire the agent's reminders.
 func (t *Reminders) Coordinated() bool { return t.a.b.caps.CAS }
 
+// CheckClaims refuses a store whose claims would not survive a restart:
+// durable plain methods beside a compare-and-set group kept in process
+// memory (such as kv.CASFuncsOf on a memory store).
+func (t *Reminders) CheckClaims() error {
+	c := t.a.b.caps
+	if c.CASProcessLocal && !c.ProcessLocal {
+		return fmt.Errorf("%w: the store %q pairs a durable store with an in-memory compare-and-set group; reminder claims would be lost on restart. Back the CAS group with the same durable store", ErrSplitCAS, t.a.b.name)
+	}
+	return nil
+}
+
 // CanList reports whether the store can list the reminders.
 func (t *Reminders) CanList() bool { return t.a.b.caps.List }
 
