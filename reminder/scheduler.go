@@ -312,4 +312,3 @@ func (ss sessionScheduler) Schedule(ctx context.Context, at time.Time, message s
 	r, err := ss.s.Create(ctx, ss.session, at, message)
 	return r.ID, err
 }
-
