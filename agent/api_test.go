@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
+	"maps"
 	"sync"
 	"testing"
 	"time"
@@ -120,17 +122,76 @@ func TestInfo(t *testing.T) {
 
 func TestObserverSeesEveryStoreOperation(t *testing.T) {
 	obs := &observer{}
-	rt := open(t, agent.Config{Observer: obs})
-	start(t, rt, "x")
+	backend := &opCounts{store: memkv.NewStore()}
+	rt := open(t, agent.Config{Observer: obs, Store: backend.funcs()})
+	res := start(t, rt, "x")
+	if _, err := rt.Continue(context.Background(), agent.ContinueRequest{Token: res.ContinuationToken, Message: "y"}); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := rt.Store().Get(context.Background(), "agentkit/v1/none"); !errors.Is(err, kv.ErrNotFound) {
 		t.Errorf("Get through the observed store: %v", err)
 	}
 	obs.mu.Lock()
 	defer obs.mu.Unlock()
-	// Open: the index and the reminders listings; the turn: 4 puts; the
-	// Get above.
-	if obs.ops["list"] != 2 || obs.ops["put"] != 4 || obs.ops["get"] != 1 {
-		t.Errorf("ops %v", obs.ops)
+	// Every operation that reached the backend was observed once, with its
+	// op name; nothing else was.
+	got := backend.snapshot()
+	if len(got) < 5 || fmt.Sprint(got) != fmt.Sprint(obs.ops) {
+		t.Errorf("observed %v; the backend saw %v", obs.ops, got)
+	}
+	// The store handle reaches the driver value.
+	if _, ok := rt.Store().Backend().(kv.Funcs); !ok {
+		t.Errorf("Store().Backend() is %T, want the kv.Funcs given", rt.Store().Backend())
+	}
+}
+
+// opCounts is a store over memkv that counts the operations reaching it.
+type opCounts struct {
+	store *memkv.Store
+	mu    sync.Mutex
+	ops   map[string]int
+}
+
+func (c *opCounts) count(op string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.ops == nil {
+		c.ops = map[string]int{}
+	}
+	c.ops[op]++
+}
+
+func (c *opCounts) snapshot() map[string]int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return maps.Clone(c.ops)
+}
+
+func (c *opCounts) funcs() kv.Funcs {
+	s := c.store
+	return kv.Funcs{
+		Put:    func(ctx context.Context, k string, v []byte) error { c.count("put"); return s.Put(ctx, k, v) },
+		Get:    func(ctx context.Context, k string) ([]byte, error) { c.count("get"); return s.Get(ctx, k) },
+		Delete: func(ctx context.Context, k string) error { c.count("delete"); return s.Delete(ctx, k) },
+		List:   func(ctx context.Context, p string) iter.Seq2[kv.Entry, error] { c.count("list"); return s.List(ctx, p) },
+		CAS: kv.CASFuncs{
+			GetWithVersion: func(ctx context.Context, k string) ([]byte, kv.Version, error) {
+				c.count("get_with_version")
+				return s.GetWithVersion(ctx, k)
+			},
+			PutIfAbsent: func(ctx context.Context, k string, v []byte) (kv.Version, error) {
+				c.count("put_if_absent")
+				return s.PutIfAbsent(ctx, k, v)
+			},
+			PutIfVersion: func(ctx context.Context, k string, v []byte, e kv.Version) (kv.Version, error) {
+				c.count("put_if_version")
+				return s.PutIfVersion(ctx, k, v, e)
+			},
+			ListKeys: func(ctx context.Context, p string) iter.Seq2[string, error] {
+				c.count("list_keys")
+				return s.ListKeys(ctx, p)
+			},
+		},
 	}
 }
 

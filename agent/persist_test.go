@@ -183,6 +183,8 @@ type observer struct {
 	turns   []agent.TurnStatus
 	dropped []string
 	ops     map[string]int
+	backlog []int
+	forks   map[string]int
 }
 
 func (o *observer) TurnFinished(s agent.TurnStatus, d time.Duration) {
@@ -197,6 +199,21 @@ func (o *observer) MirrorDropped(key string, err error) {
 	o.dropped = append(o.dropped, key+" "+err.Error())
 }
 
+func (o *observer) MirrorBacklog(n int) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.backlog = append(o.backlog, n)
+}
+
+func (o *observer) MirrorForked(id string, events int) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.forks == nil {
+		o.forks = map[string]int{}
+	}
+	o.forks[id] += events
+}
+
 func (o *observer) StoreOp(op string, d time.Duration, err error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -206,43 +223,89 @@ func (o *observer) StoreOp(op string, d time.Duration, err error) {
 	o.ops[op]++
 }
 
-func TestFailedMirrorWritesAreDroppedNotFatal(t *testing.T) {
-	c := newCounting(memkv.New())
+func (o *observer) lastBacklog() int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if len(o.backlog) == 0 {
+		return 0
+	}
+	return o.backlog[len(o.backlog)-1]
+}
+
+// TestFailedMirrorWritesAreKeptAndRetried: a store that refuses writes
+// never fails a turn, and what it refused reaches it at the next turn.
+func TestFailedMirrorWritesAreKeptAndRetried(t *testing.T) {
+	ctx := context.Background()
+	inner := memkv.New()
+	c := newCounting(inner)
 	c.failPut.Store(true)
 	obs := &observer{}
 	var logs logBuffer
-	rt := open(t, agent.Config{Store: c.funcs(), Observer: obs, Logger: logs.logger()})
+	rt := open(t, agent.Config{Agent: agent.Agent{Name: "kept"}, Store: c.funcs(), Observer: obs, Logger: logs.logger()})
 	res := start(t, rt, "hi")
 	if res.Turn.Status != agent.StatusCompleted {
 		t.Fatalf("turn %s %s", res.Turn.Status, res.Turn.Result)
 	}
-	// batch, meta, token, index.
-	if n := rt.Info().MirrorDropped; n != 4 {
-		t.Errorf("MirrorDropped = %d, want 4", n)
+	p := "agentkit/v1/kept/"
+	if info := rt.Info(); info.MirrorDropped < 1 || info.MirrorBacklog != 1 {
+		t.Errorf("info after a refused turn: dropped %d backlog %d; want at least 1 and 1", info.MirrorDropped, info.MirrorBacklog)
 	}
-	if len(obs.dropped) != 4 || len(obs.turns) != 1 || obs.turns[0] != agent.StatusCompleted {
-		t.Errorf("observer: dropped %q turns %v", obs.dropped, obs.turns)
+	if obs.lastBacklog() != 1 || len(obs.dropped) < 1 || len(obs.turns) != 1 {
+		t.Errorf("observer: backlog %v dropped %q turns %v", obs.backlog, obs.dropped, obs.turns)
 	}
+	if out := logs.String(); !strings.Contains(out, "mirror write failed; kept and retried") || !strings.Contains(out, "/events/") {
+		t.Errorf("logs lack the failed write:\n%s", out)
+	}
+	if ks := keysWith(t, inner, p+"sessions/"); len(ks) != 0 {
+		t.Fatalf("the refusing store holds %q", ks)
+	}
+
+	// The store is back: the next turn carries the first turn's events.
+	c.failPut.Store(false)
+	if _, err := rt.Continue(ctx, agent.ContinueRequest{Token: res.ContinuationToken, Message: "again"}); err != nil {
+		t.Fatal(err)
+	}
+	var seqs []int64
+	for _, k := range keysWith(t, inner, p+"sessions/"+res.SessionID+"/events/") {
+		b, _ := inner.Get(ctx, k)
+		var batch struct{ Events []agent.Event }
+		json.Unmarshal(b, &batch)
+		for _, e := range batch.Events {
+			seqs = append(seqs, e.Seq)
+		}
+	}
+	if fmt.Sprint(seqs) != "[1 2 3 4 5 6]" {
+		t.Errorf("stored events %v; want both turns", seqs)
+	}
+	if _, err := inner.Get(ctx, p+"continuations/"+res.ContinuationToken); err != nil {
+		t.Errorf("token after the retry: %v", err)
+	}
+	if info := rt.Info(); info.MirrorBacklog != 0 || obs.lastBacklog() != 0 {
+		t.Errorf("backlog after the retry: info %d observer %v", info.MirrorBacklog, obs.backlog)
+	}
+
+	// A refused token write is logged with the token redacted.
+	c.failPutsOf("/continuations/")
+	res3 := start(t, rt, "third")
 	out := logs.String()
-	if strings.Contains(out, res.ContinuationToken) || strings.Contains(strings.Join(obs.dropped, "\n"), res.ContinuationToken) {
+	obs.mu.Lock()
+	dropped := strings.Join(obs.dropped, "\n")
+	obs.mu.Unlock()
+	if strings.Contains(out, res3.ContinuationToken) || strings.Contains(dropped, res3.ContinuationToken) {
 		t.Error("a continuation token reached the logs or the observer")
 	}
-	if !strings.Contains(out, "continuations/REDACTED") || !strings.Contains(out, "mirror write dropped") || !strings.Contains(out, "/meta") {
-		t.Errorf("logs lack the dropped keys:\n%s", out)
+	if !strings.Contains(out, "continuations/REDACTED") || !strings.Contains(dropped, "continuations/REDACTED") {
+		t.Errorf("logs lack the redacted token key:\n%s", out)
 	}
-	// The next turn still runs, and its writes land once the store is back.
-	c.failPut.Store(false)
-	res2, err := rt.Continue(context.Background(), agent.ContinueRequest{Token: res.ContinuationToken, Message: "again"})
-	if err != nil || res2.Turn.Status != agent.StatusCompleted {
-		t.Fatalf("%+v %v", res2, err)
+	if rt.Info().MirrorBacklog != 1 {
+		t.Errorf("backlog %d with the token owed", rt.Info().MirrorBacklog)
 	}
-	if rt.Info().MirrorDropped != 4 {
-		t.Error("writes that succeeded were counted as dropped")
+	c.failPutsOf("")
+	if _, err := rt.Continue(ctx, agent.ContinueRequest{Token: res3.ContinuationToken, Message: "four"}); err != nil {
+		t.Fatal(err)
 	}
-	// The second turn wrote its batch, the metadata, the index entry and
-	// the token, whose first write was dropped.
-	if obs.ops["put"] != 8 || obs.ops["get"] != 0 {
-		t.Errorf("store ops seen by the observer: %v", obs.ops)
+	if _, err := inner.Get(ctx, p+"continuations/"+res3.ContinuationToken); err != nil || rt.Info().MirrorBacklog != 0 {
+		t.Errorf("token after the retry: %v, backlog %d", err, rt.Info().MirrorBacklog)
 	}
 }
 

@@ -20,14 +20,14 @@ type reminders struct {
 // newReminders opens the scheduler over the state root's reminders/ folder
 // and the store. start starts its loop.
 func newReminders(ctx context.Context, r *Runtime) (*reminders, error) {
-	as, err := r.binding.Agent(r.agent.Name)
-	if err != nil {
-		return nil, fmt.Errorf("agent: reminders: %w", err)
+	host := r.cfg.Reminders.HostID
+	if host == "" {
+		host = r.hostID
 	}
 	s, err := reminder.Open(ctx, reminder.Options{
 		Dir:          r.root.Path(stateroot.RemindersDir),
-		Records:      as.Reminders(),
-		HostID:       r.cfg.Reminders.HostID,
+		Records:      r.agentStore.Reminders(),
+		HostID:       host,
 		Fire:         r.fireReminder,
 		Lease:        r.cfg.Reminders.Lease,
 		SyncInterval: r.cfg.Reminders.SyncInterval,

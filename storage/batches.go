@@ -251,10 +251,13 @@ type Loaded struct {
 // error matching kv.ErrNotFound; a deleted one ErrSessionDeleted.
 func (s *Sessions) Load(ctx context.Context, id string, base BatchRef) (Loaded, error) {
 	var l Loaded
-	h, _, err := s.ReadHead(ctx, id)
+	h, _, n, err := s.readHead(ctx, id)
+	l.Bytes = n
 	switch {
 	case errors.Is(err, kv.ErrNotFound):
-		return s.loadLegacy(ctx, id, base)
+		legacy, err := s.loadLegacy(ctx, id, base)
+		legacy.Bytes += n
+		return legacy, err
 	case err != nil:
 		return l, err
 	case h.Deleted:
@@ -264,7 +267,9 @@ func (s *Sessions) Load(ctx context.Context, id string, base BatchRef) (Loaded, 
 	if h.Tip().matches(base) {
 		return l, nil
 	}
-	l.Batches, l.Bytes, l.Diverged, err = s.walk(ctx, id, h.Tip(), base)
+	var read int64
+	l.Batches, read, l.Diverged, err = s.walk(ctx, id, h.Tip(), base)
+	l.Bytes += read
 	if err == nil && l.Diverged {
 		var more int64
 		l.Batches, more, _, err = s.walk(ctx, id, h.Tip(), BatchRef{})

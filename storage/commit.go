@@ -119,9 +119,11 @@ func (s *Sessions) Commit(ctx context.Context, req CommitRequest) (CommitResult,
 	switch {
 	case absent && !s.caps().Get:
 		// A store that cannot be read: write blindly.
+	case absent && req.Base.Number == 0:
+		// No head and no batch yet: a new session.
 	case absent:
-		// No head: a new session, or one written before heads existed,
-		// whose metadata then says how far the store is.
+		// No head: a session written before heads existed, whose metadata
+		// then says how far the store is.
 		if m, _, err := s.ReadMeta(ctx, id); err == nil {
 			if m.Batches > req.Base.Number {
 				return CommitResult{Outcome: Behind, Head: Head{SessionMeta: m}}, nil

@@ -109,9 +109,15 @@ func key(k string, err error) (string, error) {
 // (never committed, or written before heads existed) is an error matching
 // kv.ErrNotFound; so is any session on a store without Get.
 func (s *Sessions) ReadHead(ctx context.Context, id string) (Head, kv.Version, error) {
+	h, ver, _, err := s.readHead(ctx, id)
+	return h, ver, err
+}
+
+// readHead is ReadHead, also returning the bytes read.
+func (s *Sessions) readHead(ctx context.Context, id string) (Head, kv.Version, int64, error) {
 	k, err := key(s.a.keys.SessionHead(id))
 	if err != nil {
-		return Head{}, "", err
+		return Head{}, "", 0, err
 	}
 	var data []byte
 	var ver kv.Version
@@ -121,19 +127,20 @@ func (s *Sessions) ReadHead(ctx context.Context, id string) (Head, kv.Version, e
 	case s.caps().Get:
 		data, err = s.db().Get(ctx, k)
 	default:
-		return Head{}, "", fmt.Errorf("storage: %q cannot read the session head (no Get): %w", s.a.b.name, kv.ErrNotFound)
+		return Head{}, "", 0, fmt.Errorf("storage: %q cannot read the session head (no Get): %w", s.a.b.name, kv.ErrNotFound)
 	}
 	if err != nil {
-		return Head{}, "", err
+		return Head{}, "", 0, err
 	}
+	n := int64(len(data))
 	var h Head
 	if _, err := UnmarshalRecord(KindSessionHead, k, data, &h); err != nil {
-		return Head{}, "", err
+		return Head{}, "", n, err
 	}
 	if h.ID != id {
-		return Head{}, "", fmt.Errorf("%w: the session head at %q names session %q", ErrBadRecord, k, h.ID)
+		return Head{}, "", n, fmt.Errorf("%w: the session head at %q names session %q", ErrBadRecord, k, h.ID)
 	}
-	return h, ver, nil
+	return h, ver, n, nil
 }
 
 // putHead writes the head: with the CAS group, only over version expected
