@@ -196,13 +196,30 @@ func (c *opCounts) funcs() kv.Funcs {
 }
 
 func TestTurnsOfOneSessionRunOneAtATime(t *testing.T) {
-	m := echoModel(t, model.EchoStep{Text: "slow", Delay: "300ms"})
-	rt := open(t, agent.Config{Agent: agent.Agent{Model: m}})
+	release := make(chan struct{})
+	rec := &recorder{answer: func(req model.Request) (model.Response, error) {
+		last := req.Messages[len(req.Messages)-1].Content
+		if last == "long" {
+			<-release // holds the turn until the test releases it
+		}
+		return model.Response{Message: model.Message{Role: model.RoleAssistant, Content: "ok: " + last}}, nil
+	}}
+	rt := open(t, agent.Config{Agent: agent.Agent{Model: rec}})
 	ctx := context.Background()
 	res := start(t, rt, "x")
 	// While one turn runs, a follow-up with a short deadline gives up.
-	go rt.Continue(ctx, agent.ContinueRequest{Token: res.ContinuationToken, Message: "long"})
-	time.Sleep(50 * time.Millisecond)
+	events, cancelSub := rt.Subscribe(res.SessionID)
+	defer cancelSub()
+	longDone := make(chan error, 1)
+	go func() {
+		_, err := rt.Continue(ctx, agent.ContinueRequest{Token: res.ContinuationToken, Message: "long"})
+		longDone <- err
+	}()
+	for e := range events {
+		if e.Type == agent.EventTurnStarted && e.Message == "long" {
+			break // the long turn holds the session
+		}
+	}
 	short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
 	defer cancel()
 	if _, err := rt.Continue(short, agent.ContinueRequest{Token: res.ContinuationToken, Message: "hurry"}); !errors.Is(err, agent.ErrBusy) {
@@ -219,10 +236,17 @@ func TestTurnsOfOneSessionRunOneAtATime(t *testing.T) {
 			}
 		}()
 	}
-	// And other sessions run meanwhile.
+	// And other sessions run meanwhile, while the long turn still holds
+	// its own.
 	for range 2 {
-		wg.Add(1)
-		go func() { defer wg.Done(); start(t, rt, "other") }()
+		start(t, rt, "other")
+	}
+	if s, _ := rt.GetSession(ctx, res.SessionID); s.Turns != 2 {
+		t.Errorf("turns of the held session while it is held: %d, want 2", s.Turns)
+	}
+	close(release)
+	if err := <-longDone; err != nil {
+		t.Fatal(err)
 	}
 	wg.Wait()
 	s, _ := rt.GetSession(ctx, res.SessionID)
