@@ -24,7 +24,6 @@ import (
 	"agentkit/tool"
 )
 
-
 // gate is one host's handle on a shared store, with a seam to take the
 // store away (down) or to hold an operation until the test releases it.
 type gate struct {

@@ -180,7 +180,7 @@ func TestDeletedReminderNeverFires(t *testing.T) {
 		ctx := context.Background()
 		var fired reminderTurns
 		rt, err := agent.Open(ctx, agent.Config{
-			Agent: agent.Agent{Name: "del-rem", Model: echoModel(t), Hooks: agent.Hooks{AfterTurn: fired.hook}},
+			Agent:     agent.Agent{Name: "del-rem", Model: echoModel(t), Hooks: agent.Hooks{AfterTurn: fired.hook}},
 			StateRoot: t.TempDir(), Store: memkv.New(), Logger: discard, Memory: agent.Memory{Off: true},
 		})
 		if err != nil {
