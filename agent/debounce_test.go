@@ -84,7 +84,7 @@ func TestDebounceWaitsForQuietThenFlushesAtTurnEnd(t *testing.T) {
 			return storedSeqs(t, store, keysWith(t, store, "agentkit/v1/deb/sessions/"+id+"/events/"))
 		}
 		at := func(d time.Duration) {
-			time.Sleep(t0.Add(d).Sub(time.Now()))
+			time.Sleep(time.Until(t0.Add(d)))
 			synctest.Wait()
 		}
 

@@ -40,9 +40,6 @@ type Batch struct {
 	Events []json.RawMessage `json:"events"`
 }
 
-// ref returns the batch's reference.
-func (b Batch) ref() BatchRef { return BatchRef{Number: b.Number, ID: b.ID} }
-
 // prev returns the batch this one follows.
 func (b Batch) prev() BatchRef {
 	if b.ID == "" {

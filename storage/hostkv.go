@@ -150,5 +150,5 @@ func (h *HostKV) yieldEntry(e kv.Entry, err error, prefix string, yield func(Hos
 	if !strings.HasPrefix(rec.Key, prefix) {
 		return true
 	}
-	return yield(HostEntry{Key: rec.Key, Value: rec.Value}, nil)
+	return yield(HostEntry(rec), nil)
 }
