@@ -260,9 +260,11 @@ func (r *Runtime) HostKV() tool.HostKV { return r.hostKV }
 // StateRoot returns the state root's absolute path.
 func (r *Runtime) StateRoot() string { return r.root.Dir() }
 
-// Close stops the reminder loop, waits for running turns to finish, flushes
-// the mirror, and releases the state root, the session database and the
-// default store. Calls after the first return nil.
+// Close stops the reminder loop and the mirror's background retry, waits
+// for running turns to finish (each commits its events to the store as it
+// ends; what the store refused is committed at the next Open), and
+// releases the state root, the session database and the default store.
+// Calls after the first return nil.
 func (r *Runtime) Close() error {
 	r.opMu.Lock()
 	if r.closed.Swap(true) {

@@ -357,9 +357,9 @@ func (s Scope) AuthorKV(key string) (string, error) {
 	return s.join(authorKVDir, "", part("host KV key", key))
 }
 
-// LedgerPrefix returns "agentkit/v1/{agent}/durable-session/", the root of
-// the durable-session ledger (05-ledger.md). The ledger lays out the keys
-// below it.
+// LedgerPrefix returns "agentkit/v1/{agent}/durable-session/", the family
+// reserved for the durable-session ledger of the design (05-ledger.md),
+// which lays out the keys below it. This build writes none.
 func (s Scope) LedgerPrefix() string { return s.base() + ledgerDir }
 
 // LedgerSession returns

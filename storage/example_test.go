@@ -76,7 +76,7 @@ func ExampleDefine_funcs() {
 	})
 	fmt.Println(err)
 	// Output:
-	// storage: Config.Backend has a partial CAS group: missing GetWithVersion, PutIfVersion, ListKeys; set all four fields of kv.Funcs.CAS (GetWithVersion, PutIfAbsent, PutIfVersion, ListKeys) to use coordination features such as ledger mode, or none to run without them
+	// storage: Config.Backend has a partial CAS group: missing GetWithVersion, PutIfVersion, ListKeys; set all four fields of kv.Funcs.CAS (GetWithVersion, PutIfAbsent, PutIfVersion, ListKeys) to use compare-and-set (session heads, reminder claims), or none to run without them
 }
 
 func ExampleABs_PutSample_dropped() {

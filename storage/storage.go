@@ -126,9 +126,9 @@ const (
 
 // Errors matched with errors.Is.
 var (
-	// ErrNoCAS means coordination (ledger mode) was asked of a backend
-	// without the full CAS group, or without the Get and Delete its inbox
-	// payloads need.
+	// ErrNoCAS means a feature that coordinates hosts serving one session
+	// at the same time (ledger mode, not part of this build) was asked of a
+	// backend without the full CAS group, or without Get and Delete.
 	ErrNoCAS = errors.New("storage: the backend cannot coordinate hosts")
 	// ErrSplitCAS means the CAS group and the plain methods do not sit on
 	// the same durable store: one of them keeps its data in process memory.
@@ -261,7 +261,7 @@ func partialCASError(backend any, missing []string) error {
 	case kv.Funcs, *kv.Funcs:
 		what = "fields of kv.Funcs.CAS"
 	}
-	return fmt.Errorf("storage: Config.Backend has a partial CAS group: missing %s; set all four %s (GetWithVersion, PutIfAbsent, PutIfVersion, ListKeys) to use coordination features such as ledger mode, or none to run without them",
+	return fmt.Errorf("storage: Config.Backend has a partial CAS group: missing %s; set all four %s (GetWithVersion, PutIfAbsent, PutIfVersion, ListKeys) to use compare-and-set (session heads, reminder claims), or none to run without them",
 		strings.Join(missing, ", "), what)
 }
 
