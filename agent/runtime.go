@@ -14,7 +14,6 @@ import (
 	"agentkit/abtest"
 	"agentkit/agent/sessiondb"
 	"agentkit/agent/stateroot"
-	"agentkit/keys"
 	"agentkit/kv"
 	_ "agentkit/kv/sqlitekv" // the default store
 	"agentkit/memory"
@@ -31,7 +30,6 @@ type Runtime struct {
 	cfg      Config
 	agent    Agent
 	maxSteps int
-	scope    keys.Scope
 	root     *stateroot.Root
 	db       *sessiondb.DB
 	binding  *storage.Binding // the store, observed once (kv.DB.WithObserver)
@@ -125,7 +123,6 @@ func Open(ctx context.Context, cfg Config) (*Runtime, error) {
 	if r.now == nil {
 		r.now = time.Now
 	}
-	r.scope, _ = keys.Agent(cfg.Agent.Name) // checked by checkAgent
 
 	ok := false
 	defer func() {
