@@ -4,12 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"iter"
 	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -31,6 +33,9 @@ type gate struct {
 	down atomic.Bool
 	mu   sync.Mutex
 	hold func(op kv.Op, key string) // called before each operation
+	// lost, when it returns true, makes a write land and then fail, as a
+	// connection cut after the write was sent.
+	lost func(op kv.Op, key string) bool
 }
 
 var errStoreDown = errors.New("connection refused (test outage)")
@@ -67,6 +72,17 @@ func (g *gate) holdAt(op kv.Op, suffix string) (reached, release chan struct{}) 
 	}
 	g.mu.Unlock()
 	return reached, release
+}
+
+// landed reports whether a write that succeeded must report a lost answer.
+func (g *gate) landed(op kv.Op, key string) error {
+	g.mu.Lock()
+	f := g.lost
+	g.mu.Unlock()
+	if f != nil && f(op, key) {
+		return errStoreDown
+	}
+	return nil
 }
 
 func (g *gate) funcs() kv.Funcs {
@@ -107,13 +123,21 @@ func (g *gate) funcs() kv.Funcs {
 				if err := g.before(kv.OpPutIfAbsent, k); err != nil {
 					return "", err
 				}
-				return db.PutIfAbsent(ctx, k, v)
+				ver, err := db.PutIfAbsent(ctx, k, v)
+				if err == nil {
+					err = g.landed(kv.OpPutIfAbsent, k)
+				}
+				return ver, err
 			},
 			PutIfVersion: func(ctx context.Context, k string, v []byte, e kv.Version) (kv.Version, error) {
 				if err := g.before(kv.OpPutIfVersion, k); err != nil {
 					return "", err
 				}
-				return db.PutIfVersion(ctx, k, v, e)
+				ver, err := db.PutIfVersion(ctx, k, v, e)
+				if err == nil {
+					err = g.landed(kv.OpPutIfVersion, k)
+				}
+				return ver, err
 			},
 			ListKeys: func(ctx context.Context, p string) iter.Seq2[string, error] {
 				if err := g.before(kv.OpListKeys, p); err != nil {
@@ -359,6 +383,44 @@ func TestDeleteReachesAHostWithAnIdleCopy(t *testing.T) {
 	if page, _ := a.ListSessions(ctx, 10, ""); len(page.Sessions) != 0 {
 		t.Errorf("A still lists %+v", page.Sessions)
 	}
+}
+
+// TestALostAnswerIsNotTakenForAnotherHostsWrite: the head write of a
+// debounced commit lands but its answer is lost; more events follow; the
+// turn's end retries the same commit, finds it landed, and commits the
+// rest: no fork, every event in the store.
+func TestALostAnswerIsNotTakenForAnotherHostsWrite(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		shared := memkv.New()
+		g := &gate{db: shared}
+		var once sync.Once
+		g.lost = func(op kv.Op, key string) bool {
+			hit := false
+			if op == kv.OpPutIfAbsent && strings.HasSuffix(key, "/head") {
+				once.Do(func() { hit = true })
+			}
+			return hit
+		}
+		m := echoModel(t, model.EchoStep{Tool: "list_files"}, model.EchoStep{Text: "done", Delay: "1m"})
+		rt, err := agent.Open(context.Background(), agent.Config{
+			Agent: agent.Agent{Name: "lost", Model: m}, StateRoot: t.TempDir(), Store: g.funcs(),
+			Policy: agent.Policy{Debounce: 10 * time.Second}, Logger: discard, Memory: agent.Memory{Off: true},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rt.Close()
+		res := start(t, rt, "go")
+		info := rt.Info()
+		if info.MirrorDropped != 1 || info.MirrorForks != 0 || info.MirrorBacklog != 0 {
+			t.Errorf("after the turn: failed writes %d (want the one lost answer), forks %d, backlog %d", info.MirrorDropped, info.MirrorForks, info.MirrorBacklog)
+		}
+		var seqs [][]int64
+		seqs = storedSeqs(t, shared, keysWith(t, shared, "agentkit/v1/lost/sessions/"+res.SessionID+"/events/"))
+		if fmt.Sprint(seqs) != "[[1 2 3 4] [5 6]]" {
+			t.Errorf("stored batches %v; want the debounced batch once and the rest", seqs)
+		}
+	})
 }
 
 // TestTheBackgroundRetryLandsWithoutAnotherTurn: after an outage, a

@@ -30,6 +30,10 @@ type hooked struct {
 	mu     sync.Mutex
 	before func(op kv.Op, key string) error // nil: pass
 	lost   func(op kv.Op, key string) bool  // true: apply the write, then fail
+	// twice, when set, makes a write matching it apply and then run again,
+	// returning the second outcome: a driver that retried after a lost
+	// answer, whose retry finds its own first write.
+	twice func(op kv.Op, key string) bool
 }
 
 var errLostAnswer = errors.New("connection reset after the write was sent")
@@ -69,6 +73,12 @@ func (h *hooked) funcs() kv.Funcs {
 		err := do()
 		if err == nil && h.isLost(op, key) {
 			return errLostAnswer
+		}
+		h.mu.Lock()
+		twice := h.twice
+		h.mu.Unlock()
+		if err == nil && twice != nil && twice(op, key) {
+			return do()
 		}
 		return err
 	}
@@ -451,6 +461,35 @@ func TestLostAnswersAreNeverReportedAsConflicts(t *testing.T) {
 	})
 }
 
+// TestAConflictWithItsOwnWriteIsASuccess: the head write lands and the
+// store (or a driver retrying after a lost answer) then reports a
+// conflict: Commit reads the head again and reports its own success.
+func TestAConflictWithItsOwnWriteIsASuccess(t *testing.T) {
+	sharedStores(t, func(t *testing.T, shared func() *kv.DB) {
+		id := "s-" + storage.NewBatchID()[:8]
+		a := newHost(t, shared(), "A")
+		r1 := commit(t, a, request(a, id, storage.BatchRef{}, 0, 1))
+		var once sync.Once
+		a.mu.Lock()
+		a.twice = func(op kv.Op, key string) bool {
+			hit := false
+			if op == kv.OpPutIfVersion && strings.HasSuffix(key, "/head") {
+				once.Do(func() { hit = true })
+			}
+			return hit
+		}
+		a.mu.Unlock()
+		req := request(a, id, r1.Batch, 1, 1)
+		res := commit(t, a, req)
+		if res.Outcome != storage.Committed || res.Batch.ID != req.BatchID {
+			t.Fatalf("a conflict with its own landed write: %+v; want Committed", res)
+		}
+		if got := history(t, a, id); !slices.Equal(got, want("A:1", "A:2")) {
+			t.Errorf("history %q", got)
+		}
+	})
+}
+
 func TestDeleteLeavesATombstoneEveryWriterHonours(t *testing.T) {
 	sharedStores(t, func(t *testing.T, shared func() *kv.DB) {
 		ctx := context.Background()
@@ -591,9 +630,14 @@ func TestLargeBatchesAreStoredInParts(t *testing.T) {
 	if err != nil || len(l.Batches) != 1 || len(l.Batches[0].Events) != 2 || string(l.Batches[0].Events[1]) != string(evs[1]) {
 		t.Fatalf("Load of the batch in parts: %v", err)
 	}
-	// A damaged part is an error, never a silently different batch.
+	// A damaged part, even one of the same length that still decodes, is
+	// an error, never a silently different batch.
 	key := fmt.Sprintf("agentkit/v1/a/sessions/s1/parts/%s/%020d", req.BatchID, 2)
-	if err := store.Store.Put(ctx, key, []byte("garbage")); err != nil {
+	part, err := store.Store.Get(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := store.Store.Put(ctx, key, []byte(strings.ReplaceAll(string(part), "x", "y"))); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.Load(ctx, "s1", storage.BatchRef{}); !errors.Is(err, storage.ErrBadRecord) {
