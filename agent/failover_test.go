@@ -324,7 +324,11 @@ func TestDeleteIsHonouredByAHostThatStillHasTheSession(t *testing.T) {
 			_, err := a.Continue(ctx, agent.ContinueRequest{Token: res.ContinuationToken, Message: "three on A"})
 			done <- err
 		}()
-		<-reached
+		select {
+		case <-reached:
+		case <-time.After(30 * time.Second):
+			t.Fatal("A's commit never got to its head write")
+		}
 		if err := b.DeleteSession(ctx, res.SessionID); err != nil {
 			t.Fatal(err)
 		}

@@ -300,6 +300,16 @@ func pauseAt(h *host, op kv.Op, suffix string) (reached, release chan struct{}) 
 	return reached, release
 }
 
+// reach waits for a paused host to get to its pause point.
+func reach(t *testing.T, reached chan struct{}, what string) {
+	t.Helper()
+	select {
+	case <-reached:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("%s never got to its pause point", what)
+	}
+}
+
 type commitOut struct {
 	res storage.CommitResult
 	err error
@@ -341,7 +351,7 @@ func TestRacingCommitsOneWinsAndTheLoserWritesNothingTheWinnerNeeds(t *testing.T
 				r1 := commit(t, a, request(a, id, storage.BatchRef{}, 0, 1))
 				reached, release := pauseAt(a, c.pauseOp, c.pauseKey)
 				done := commitAsync(a, request(a, id, r1.Batch, 1, 2))
-				<-reached
+				reach(t, reached, "A")
 				rb := commit(t, b, request(b, id, r1.Batch, 1, 2))
 				close(release)
 				ra := <-done
@@ -381,10 +391,10 @@ func TestHeadRaceWonByTheFirstBatchWriter(t *testing.T) {
 		r1 := commit(t, a, request(a, id, storage.BatchRef{}, 0, 1))
 		aReached, aRelease := pauseAt(a, kv.OpPutIfVersion, "/head")
 		aDone := commitAsync(a, request(a, id, r1.Batch, 1, 2))
-		<-aReached // A wrote batch 2
+		reach(t, aReached, "A") // A wrote batch 2
 		bReached, bRelease := pauseAt(b, kv.OpPutIfVersion, "/head")
 		bDone := commitAsync(b, request(b, id, r1.Batch, 1, 2))
-		<-bReached // B wrote batch 3
+		reach(t, bReached, "B") // B wrote batch 3
 		close(aRelease)
 		ra := <-aDone
 		close(bRelease)
@@ -509,7 +519,7 @@ func TestDeleteLeavesATombstoneEveryWriterHonours(t *testing.T) {
 		// A pauses before its head write; B deletes the session.
 		reached, release := pauseAt(a, kv.OpPutIfVersion, "/head")
 		done := commitAsync(a, request(a, id, r1.Batch, 1, 1))
-		<-reached
+		reach(t, reached, "A")
 		tomb := storage.Head{SessionMeta: storage.SessionMeta{ID: id, UpdatedAt: time.Now()}, Writer: "B"}
 		if err := b.s.Delete(ctx, tomb, "tok-"+id); err != nil {
 			t.Fatal(err)
