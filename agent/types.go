@@ -195,6 +195,7 @@ type Info struct {
 	// forks.
 	MirrorForks int64 `json:"mirrorForks"`
 	// HostID names this host in the session heads and reminder claims it
-	// writes (the state root's HOST_ID).
-	HostID string `json:"hostId"`
+	// writes (the state root's HOST_ID). It is not served over HTTP: it
+	// holds the host name.
+	HostID string `json:"-"`
 }
