@@ -153,7 +153,12 @@ func (mr *storeMirror) beforeTurn(ctx context.Context, st *sessionState, id stri
 		return err
 	}
 	if ms.Batch == 0 && ms.PendingID == "" {
-		return nil // never committed: no other host can know the session
+		// Never committed: no other host can know the session, and it has
+		// no head.
+		st.mirror.Lock()
+		st.known = &storage.KnownHead{}
+		st.mirror.Unlock()
+		return nil
 	}
 	if ms.PendingID != "" {
 		// A commit whose outcome is unknown: settle it first, so that the
@@ -178,11 +183,13 @@ func (mr *storeMirror) beforeTurn(ctx context.Context, st *sessionState, id stri
 		r.logger(id).Warn("agent: the store did not answer before the turn; the turn runs from this host's copy and is committed when the store answers",
 			r.logStoreName(), slog.String("error", err.Error()))
 		return nil
-	case len(l.Batches) == 0 && !l.Diverged:
-		return nil
 	}
 	st.mirror.Lock()
 	defer st.mirror.Unlock()
+	st.known = known(l)
+	if len(l.Batches) == 0 && !l.Diverged {
+		return nil
+	}
 	return mr.adopt(ctx, id, l)
 }
 
@@ -263,34 +270,55 @@ func (mr *storeMirror) flush(ctx context.Context, st *sessionState, id string, l
 	defer st.mirror.Unlock()
 	ctx, cancel := context.WithTimeout(ctx, mirrorTimeout)
 	defer cancel()
-	mr.setBacklog(id, mr.commit(ctx, id, locked))
+	mr.setBacklog(id, mr.commit(ctx, st, id, locked))
 }
 
 // commit commits the session's events not yet in the store, batch by
 // batch, then writes its metadata, index entry and token if they are owed.
 // It reports whether the store still lacks something. The caller holds
 // the session's mirror lock.
-func (mr *storeMirror) commit(ctx context.Context, id string, locked bool) bool {
+//
+// A committed batch is saved locally with the next write of the mirror
+// state (the next batch's pending record, or the metadata's), not on its
+// own: if the process stops in between, the pending record it still holds
+// is retried and found landed.
+func (mr *storeMirror) commit(ctx context.Context, st *sessionState, id string, locked bool) (owes bool) {
 	r := mr.r
 	log := r.logger(id)
+	m, ms, err := r.db.Mirror(ctx, id)
+	if errors.Is(err, sessiondb.ErrNotFound) {
+		return false
+	}
+	if err != nil {
+		log.Warn("agent: mirror: reading the session failed", "error", err)
+		return true
+	}
+	dirty := false // ms holds a committed batch not yet saved
+	defer func() {
+		if dirty {
+			if err := r.db.SetMirror(ctx, id, ms); err != nil && !errors.Is(err, sessiondb.ErrNotFound) {
+				log.Warn("agent: mirror: saving the mirror state failed", "error", err)
+				owes = true
+			}
+		}
+	}()
 	for {
-		m, ms, err := r.db.Mirror(ctx, id)
-		if errors.Is(err, sessiondb.ErrNotFound) {
-			return false
-		}
-		if err != nil {
-			log.Warn("agent: mirror: reading the session failed", "error", err)
-			return true
-		}
 		req, ok, err := mr.nextCommit(ctx, m, &ms)
 		if err != nil {
 			log.Warn("agent: mirror: preparing a batch failed", "error", err)
 			return true
 		}
 		if !ok {
-			return mr.writeRecords(ctx, m, ms)
+			owes, saved := mr.writeRecords(ctx, m, ms)
+			if saved {
+				dirty = false
+			}
+			return owes
 		}
+		dirty = false // nextCommit saved ms with the new pending batch
+		req.Known = st.known
 		res, err := mr.sessions.Commit(ctx, req)
+		st.known = nil
 		if err != nil {
 			mr.writeFailed(ctx, id, err)
 			return true
@@ -299,10 +327,12 @@ func (mr *storeMirror) commit(ctx context.Context, id string, locked bool) bool 
 		case storage.Committed:
 			ms.MirroredSeq, ms.Batch, ms.BatchID = ms.PendingSeq, res.Batch.Number, res.Batch.ID
 			ms.PendingID, ms.PendingSeq, ms.PendingMeta = "", 0, nil
-			if err := r.db.SetMirror(ctx, id, ms); err != nil {
-				if !errors.Is(err, sessiondb.ErrNotFound) {
-					log.Warn("agent: mirror: saving the mirror state failed", "error", err)
-				}
+			dirty = true
+			if res.Version != "" {
+				st.known = &storage.KnownHead{Head: res.Head, Version: res.Version}
+			}
+			if m, err = r.db.Get(ctx, id); err != nil {
+				dirty = false
 				return !errors.Is(err, sessiondb.ErrNotFound)
 			}
 		case storage.Behind:
@@ -322,6 +352,7 @@ func (mr *storeMirror) commit(ctx context.Context, id string, locked bool) bool 
 				log.Warn("agent: mirror: taking the store's history failed", "error", err)
 				return true
 			}
+			st.known = known(l)
 			return false
 		case storage.Deleted:
 			if !locked {
@@ -331,6 +362,15 @@ func (mr *storeMirror) commit(ctx context.Context, id string, locked bool) bool 
 			return false
 		}
 	}
+}
+
+// known is the head a Load read, for the next commit (nil without a
+// version: a store without the CAS group, or a session with no head).
+func known(l storage.Loaded) *storage.KnownHead {
+	if l.Version == "" {
+		return nil
+	}
+	return &storage.KnownHead{Head: l.Head, Version: l.Version}
 }
 
 // nextCommit builds the next commit of a session: the pending one, retried
@@ -374,15 +414,16 @@ func (mr *storeMirror) nextCommit(ctx context.Context, m sessiondb.Meta, ms *ses
 }
 
 // writeRecords writes the session's metadata, index entry and token when
-// the store lacks them, once its events are committed. It reports whether
-// the store still lacks something.
-func (mr *storeMirror) writeRecords(ctx context.Context, m sessiondb.Meta, ms sessiondb.MirrorState) bool {
+// the store lacks them, once its events are committed, and saves the
+// mirror state. It reports whether the store still lacks something and
+// whether it saved the state.
+func (mr *storeMirror) writeRecords(ctx context.Context, m sessiondb.Meta, ms sessiondb.MirrorState) (owes, saved bool) {
 	r := mr.r
 	if !ms.Owes(m.LastSeq) {
-		return false
+		return false, false
 	}
 	if ms.MirroredSeq == 0 || m.LastSeq > ms.MirroredSeq || ms.PendingID != "" {
-		return ms.Owes(m.LastSeq)
+		return ms.Owes(m.LastSeq), false
 	}
 	meta := storeMeta(m, ms.Batch)
 	if ms.MetaSeq < ms.MirroredSeq {
@@ -411,9 +452,9 @@ func (mr *storeMirror) writeRecords(ctx context.Context, m sessiondb.Meta, ms se
 	}
 	if err := r.db.SetMirror(ctx, m.ID, ms); err != nil && !errors.Is(err, sessiondb.ErrNotFound) {
 		r.logger(m.ID).Warn("agent: mirror: saving the mirror state failed", "error", err)
-		return true
+		return true, true
 	}
-	return ms.Owes(m.LastSeq)
+	return ms.Owes(m.LastSeq), true
 }
 
 // writeFailed logs and counts a mirror write the store refused. The write

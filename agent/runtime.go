@@ -75,6 +75,10 @@ type sessionState struct {
 	mirror sync.Mutex    // serializes flushes
 	timer  *time.Timer   // the debounce flush, or nil
 	refs   int
+	// known is the session head as this host last read or wrote it, so
+	// the next commit need not read it again (nil: read it). Guarded by
+	// mirror.
+	known *storage.KnownHead
 }
 
 // Open starts a runtime: it prepares and locks the state root, opens the

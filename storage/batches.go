@@ -234,6 +234,9 @@ type Loaded struct {
 	// batches (a copy made before the store was rewritten): Batches then
 	// hold the whole session, and the caller's copy is not a prefix of it.
 	Diverged bool
+	// Version is the head's version, on a store with the CAS group: pass
+	// it, with Head, as CommitRequest.Known.
+	Version kv.Version
 	// Bytes is how many bytes were read.
 	Bytes int64
 }
@@ -248,8 +251,8 @@ type Loaded struct {
 // error matching kv.ErrNotFound; a deleted one ErrSessionDeleted.
 func (s *Sessions) Load(ctx context.Context, id string, base BatchRef) (Loaded, error) {
 	var l Loaded
-	h, _, n, err := s.readHead(ctx, id)
-	l.Bytes = n
+	h, ver, n, err := s.readHead(ctx, id)
+	l.Bytes, l.Version = n, ver
 	switch {
 	case errors.Is(err, kv.ErrNotFound):
 		legacy, err := s.loadLegacy(ctx, id, base)

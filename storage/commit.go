@@ -35,6 +35,21 @@ type CommitRequest struct {
 	// store (its outcome is unknown). Commit then also looks for that
 	// batch below a head that moved on.
 	Retry bool
+	// Known, when set, is the head as the caller last read or wrote it,
+	// with its version (Loaded.Head and Loaded.Version, or the result of
+	// its last Commit): Commit uses it instead of reading the head. A stale
+	// one is safe: the head write then fails its compare-and-set, and
+	// Commit reads the head as it would have. Ignored on a store without
+	// the CAS group, and on a retry.
+	Known *KnownHead
+}
+
+// KnownHead is a session head with its version, as a host last saw it.
+type KnownHead struct {
+	// Head is the head; it is not a tombstone.
+	Head Head
+	// Version is its version; empty means the session had no head.
+	Version kv.Version
 }
 
 // Outcome is how a commit ended.
@@ -74,6 +89,9 @@ type CommitResult struct {
 	// Head is the head Commit wrote (Committed, unless another host has
 	// committed on top of the batch since) or found (Behind, Deleted).
 	Head Head
+	// Version is the version of the head Commit wrote, when it wrote it
+	// and the store has the CAS group: pass it back as Known.
+	Version kv.Version
 }
 
 // Commit appends a batch to a session in the store, never overwriting what
@@ -114,7 +132,17 @@ func (s *Sessions) Commit(ctx context.Context, req CommitRequest) (CommitResult,
 	case len(req.Events) == 0:
 		return CommitResult{}, errors.New("storage: CommitRequest.Events is empty; there is nothing to commit")
 	}
-	h, ver, err := s.ReadHead(ctx, id)
+	var h Head
+	var ver kv.Version
+	var err error
+	if k := req.Known; k != nil && s.caps().CAS && !req.Retry {
+		h, ver = k.Head, k.Version
+		if ver == "" {
+			err = fmt.Errorf("storage: known to have no head: %w", kv.ErrNotFound)
+		}
+	} else {
+		h, ver, err = s.ReadHead(ctx, id)
+	}
 	absent := errors.Is(err, kv.ErrNotFound)
 	switch {
 	case absent && !s.caps().Get:
@@ -155,9 +183,9 @@ func (s *Sessions) Commit(ctx context.Context, req CommitRequest) (CommitResult,
 	}
 	next := Head{SessionMeta: req.Meta, BatchID: req.BatchID, Writer: req.Writer}
 	next.Batches = n
-	err = s.putHead(ctx, next, ver)
+	nv, err := s.putHead(ctx, next, ver)
 	if err == nil {
-		return CommitResult{Outcome: Committed, Batch: next.Tip(), Head: next}, nil
+		return CommitResult{Outcome: Committed, Batch: next.Tip(), Head: next, Version: nv}, nil
 	}
 	if !errors.Is(err, kv.ErrConflict) {
 		return CommitResult{}, err

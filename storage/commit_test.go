@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -495,6 +496,47 @@ func TestAConflictWithItsOwnWriteIsASuccess(t *testing.T) {
 			t.Fatalf("a conflict with its own landed write: %+v; want Committed", res)
 		}
 		if got := history(t, a, id); !slices.Equal(got, want("A:1", "A:2")) {
+			t.Errorf("history %q", got)
+		}
+	})
+}
+
+// TestAKnownHeadSavesAReadAndAStaleOneIsSafe: a commit given the head it
+// last wrote skips reading it; given a head another host has moved past,
+// it still loses and writes nothing the winner needs.
+func TestAKnownHeadSavesAReadAndAStaleOneIsSafe(t *testing.T) {
+	sharedStores(t, func(t *testing.T, shared func() *kv.DB) {
+		id := "s-" + storage.NewBatchID()[:8]
+		a, b := newHost(t, shared(), "A"), newHost(t, shared(), "B")
+		var headReads atomic.Int64
+		a.set(func(op kv.Op, key string) error {
+			if op == kv.OpGetWithVersion && strings.HasSuffix(key, "/head") {
+				headReads.Add(1)
+			}
+			return nil
+		}, nil)
+		r1 := commit(t, a, request(a, id, storage.BatchRef{}, 0, 1))
+		if r1.Version == "" {
+			t.Fatal("Commit returned no head version")
+		}
+		req := request(a, id, r1.Batch, 1, 1)
+		req.Known = &storage.KnownHead{Head: r1.Head, Version: r1.Version}
+		headReads.Store(0)
+		r2 := commit(t, a, req)
+		if r2.Outcome != storage.Committed || headReads.Load() != 0 {
+			t.Fatalf("commit with a known head: %v, %d head reads", r2.Outcome, headReads.Load())
+		}
+		l, err := b.s.Load(context.Background(), id, storage.BatchRef{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		commit(t, b, request(b, id, l.Head.Tip(), 2, 1))
+		stale := request(a, id, r2.Batch, 2, 1)
+		stale.Known = &storage.KnownHead{Head: r2.Head, Version: r2.Version}
+		if res := commit(t, a, stale); res.Outcome != storage.Behind {
+			t.Fatalf("commit with a stale known head: %+v; want Behind", res)
+		}
+		if got := history(t, a, id); !slices.Equal(got, want("A:1", "A:2", "B:3")) {
 			t.Errorf("history %q", got)
 		}
 	})

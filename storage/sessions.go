@@ -146,24 +146,23 @@ func (s *Sessions) readHead(ctx context.Context, id string) (Head, kv.Version, i
 // putHead writes the head: with the CAS group, only over version expected
 // (PutIfAbsent when expected is empty), so a head another host wrote since
 // it was read is never overwritten; without it, a plain Put.
-func (s *Sessions) putHead(ctx context.Context, h Head, expected kv.Version) error {
+func (s *Sessions) putHead(ctx context.Context, h Head, expected kv.Version) (kv.Version, error) {
 	k, err := key(s.a.keys.SessionHead(h.ID))
 	if err != nil {
-		return err
+		return "", err
 	}
 	data, err := MarshalRecord(KindSessionHead, h)
 	if err != nil {
-		return err
+		return "", err
 	}
 	switch {
 	case !s.caps().CAS:
-		err = s.db().Put(ctx, k, data)
+		return "", s.db().Put(ctx, k, data)
 	case expected == "":
-		_, err = s.db().PutIfAbsent(ctx, k, data)
+		return s.db().PutIfAbsent(ctx, k, data)
 	default:
-		_, err = s.db().PutIfVersion(ctx, k, data, expected)
+		return s.db().PutIfVersion(ctx, k, data, expected)
 	}
-	return err
 }
 
 // ReadMeta returns the stored metadata of a session, or an error matching
@@ -363,7 +362,7 @@ func (s *Sessions) Delete(ctx context.Context, tomb Head, token string, extraInd
 		}
 		found = h
 		tomb.Batches, tomb.BatchID = h.Batches, h.BatchID
-		err = s.putHead(ctx, tomb, ver)
+		_, err = s.putHead(ctx, tomb, ver)
 		if err == nil {
 			break
 		}
