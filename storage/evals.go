@@ -26,11 +26,10 @@ type EvalRun struct {
 	Snapshot json.RawMessage `json:"snapshot"`
 }
 
-// EvalTable is a backend-native eval-run table, given as Config.Evals. Its
-// user (the eval runner, not part of this build yet) upserts a run's
-// snapshot when the run starts, progresses and finishes, deletes runs past
-// the history window, and lists every run of an agent at serve start.
-// Methods are called concurrently.
+// EvalTable is a backend-native eval-run table, given as Config.Evals. The
+// eval runner (package evals) upserts a run's snapshot when the run starts,
+// progresses and finishes, deletes runs past the history window, and lists
+// every run of an agent at serve start. Methods are called concurrently.
 type EvalTable interface {
 	// PutRun creates or replaces the run (run.Agent, run.ID).
 	PutRun(ctx context.Context, run EvalRun) error

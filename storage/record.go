@@ -46,11 +46,13 @@ var (
 	// KindReminder is reminders/{id} (reminders.go: Reminders), also used
 	// for the reminder package's local copies.
 	KindReminder = Kind{"reminder", 1}
-	// KindEvalRun is eval-runs/{runId} (evals.go: derivedEvals.PutRun).
+	// KindEvalRun is eval-runs/{runId} (evals.go: derivedEvals.PutRun;
+	// update.go: EvalRuns.Update).
 	KindEvalRun = Kind{"eval run", 1}
 	// KindABSample is ab-samples/… (abs.go: derivedABs.PutSample).
 	KindABSample = Kind{"A/B sample", 1}
-	// KindABSnapshot is ab-snapshot (abs.go: derivedABs.PutSnapshot).
+	// KindABSnapshot is ab-snapshot (abs.go: derivedABs.PutSnapshot;
+	// update.go: ABs.UpdateSnapshot).
 	KindABSnapshot = Kind{"A/B snapshot", 1}
 	// KindHostKV is kv/{key} (hostkv.go: HostKV.Put).
 	KindHostKV = Kind{"host KV record", 1}

@@ -20,8 +20,11 @@
 //	reminder             reminders.go   create-only, then compare-and-set claims (Put without CAS)
 //	host KV entry        hostkv.go      Put, Get, Delete, List; awaited, errors returned
 //	eval run             evals.go       Put, Delete, List; errors returned
+//	                     update.go      compare-and-set loop (EvalRuns.Update)
 //	A/B sample           abs.go         one blind Put; a failure is logged, counted and dropped
+//	                     update.go      Delete of superseded samples (ABs.PruneSamples)
 //	A/B snapshot         abs.go         Put (last write wins); errors returned
+//	                     update.go      compare-and-set loop (ABs.UpdateSnapshot)
 //
 // The runtime keeps what the session mirror failed to write and retries it
 // (package agent); only A/B samples are at most once. Reads of a session
