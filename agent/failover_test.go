@@ -378,7 +378,7 @@ func TestDeleteReachesAHostWithAnIdleCopy(t *testing.T) {
 		t.Fatal(err)
 	}
 	calls := len(recA.requests())
-	if _, err := a.Continue(ctx, agent.ContinueRequest{Token: res.ContinuationToken, Message: "two"}); !errors.Is(err, agent.ErrSessionNotFound) {
+	if _, err := a.Continue(ctx, agent.ContinueRequest{Token: res.ContinuationToken, Message: "two"}); !errors.Is(err, agent.ErrUnknownToken) {
 		t.Errorf("a turn of a session deleted on another host: %v", err)
 	}
 	if len(recA.requests()) != calls {

@@ -83,6 +83,10 @@ func (r *Runtime) fireReminder(ctx context.Context, rem reminder.Reminder) error
 		return err
 	}
 	_, err = r.runTurn(ctx, turnRequest{sessionID: rem.SessionID, message: rem.Message, source: SourceReminder})
+	if errors.Is(err, ErrSessionNotFound) {
+		r.logger(rem.SessionID).Warn("agent: a reminder's session was deleted; the reminder is dropped", "reminderId", rem.ID)
+		return nil
+	}
 	return err
 }
 

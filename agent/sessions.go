@@ -243,10 +243,15 @@ func (r *Runtime) Continue(ctx context.Context, req ContinueRequest) (TurnResult
 	if err != nil {
 		return TurnResult{}, err
 	}
-	return r.runTurn(ctx, turnRequest{
+	res, err := r.runTurn(ctx, turnRequest{
 		sessionID: id, message: req.Message, files: req.WorkspaceFiles,
 		source: SourceAPI, onEvent: req.OnEvent,
 	})
+	if errors.Is(err, ErrSessionNotFound) {
+		// Deleted (here or on another host) since the token was issued.
+		return TurnResult{}, fmt.Errorf("%w: %w", ErrUnknownToken, err)
+	}
+	return res, err
 }
 
 // GetSession returns a session's metadata. A session not on local disk is
