@@ -524,19 +524,28 @@ func (mr *storeMirror) stats() (int64, int, int64) {
 
 // flushBacklog flushes every session the store lacks something of, at
 // start-up: events recorded before the process stopped (a SIGKILL mid-turn)
-// or refused by the store. No turn runs yet.
+// or refused by the store. No turn runs yet. After the first session the
+// store still refuses, the others are only put in the backlog, for the
+// background retry: a store that is down delays the start by one
+// mirrorTimeout at most.
 func (mr *storeMirror) flushBacklog(ctx context.Context) error {
 	ids, err := mr.r.db.Backlog(ctx)
 	if err != nil {
 		return err
 	}
-	for _, id := range ids {
+	for i, id := range ids {
 		st, release, err := mr.r.lockSession(ctx, id)
 		if err != nil {
 			return err
 		}
 		mr.flush(ctx, st, id, true)
 		release()
+		if mr.owes(id) {
+			for _, rest := range ids[i+1:] {
+				mr.setBacklog(rest, true)
+			}
+			break
+		}
 	}
 	return nil
 }
