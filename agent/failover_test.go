@@ -419,8 +419,7 @@ func TestALostAnswerIsNotTakenForAnotherHostsWrite(t *testing.T) {
 		if info.MirrorDropped != 1 || info.MirrorForks != 0 || info.MirrorBacklog != 0 {
 			t.Errorf("after the turn: failed writes %d (want the one lost answer), forks %d, backlog %d", info.MirrorDropped, info.MirrorForks, info.MirrorBacklog)
 		}
-		var seqs [][]int64
-		seqs = storedSeqs(t, shared, keysWith(t, shared, "agentkit/v1/lost/sessions/"+res.SessionID+"/events/"))
+		seqs := storedSeqs(t, shared, keysWith(t, shared, "agentkit/v1/lost/sessions/"+res.SessionID+"/events/"))
 		if fmt.Sprint(seqs) != "[[1 2 3 4] [5 6]]" {
 			t.Errorf("stored batches %v; want the debounced batch once and the rest", seqs)
 		}
