@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
+	"maps"
 	"sync"
 	"testing"
 	"time"
@@ -120,28 +122,104 @@ func TestInfo(t *testing.T) {
 
 func TestObserverSeesEveryStoreOperation(t *testing.T) {
 	obs := &observer{}
-	rt := open(t, agent.Config{Observer: obs})
-	start(t, rt, "x")
+	backend := &opCounts{store: memkv.NewStore()}
+	rt := open(t, agent.Config{Observer: obs, Store: backend.funcs()})
+	res := start(t, rt, "x")
+	if _, err := rt.Continue(context.Background(), agent.ContinueRequest{Token: res.ContinuationToken, Message: "y"}); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := rt.Store().Get(context.Background(), "agentkit/v1/none"); !errors.Is(err, kv.ErrNotFound) {
 		t.Errorf("Get through the observed store: %v", err)
 	}
 	obs.mu.Lock()
 	defer obs.mu.Unlock()
-	// Open: the index and the reminders listings; the turn: 4 puts; the
-	// Get above.
-	if obs.ops["list"] != 2 || obs.ops["put"] != 4 || obs.ops["get"] != 1 {
-		t.Errorf("ops %v", obs.ops)
+	// Every operation that reached the backend was observed once, with its
+	// op name; nothing else was.
+	got := backend.snapshot()
+	if len(got) < 5 || fmt.Sprint(got) != fmt.Sprint(obs.ops) {
+		t.Errorf("observed %v; the backend saw %v", obs.ops, got)
+	}
+	// The store handle reaches the driver value.
+	if _, ok := rt.Store().Backend().(kv.Funcs); !ok {
+		t.Errorf("Store().Backend() is %T, want the kv.Funcs given", rt.Store().Backend())
+	}
+}
+
+// opCounts is a store over memkv that counts the operations reaching it.
+type opCounts struct {
+	store *memkv.Store
+	mu    sync.Mutex
+	ops   map[string]int
+}
+
+func (c *opCounts) count(op string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.ops == nil {
+		c.ops = map[string]int{}
+	}
+	c.ops[op]++
+}
+
+func (c *opCounts) snapshot() map[string]int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return maps.Clone(c.ops)
+}
+
+func (c *opCounts) funcs() kv.Funcs {
+	s := c.store
+	return kv.Funcs{
+		Put:    func(ctx context.Context, k string, v []byte) error { c.count("put"); return s.Put(ctx, k, v) },
+		Get:    func(ctx context.Context, k string) ([]byte, error) { c.count("get"); return s.Get(ctx, k) },
+		Delete: func(ctx context.Context, k string) error { c.count("delete"); return s.Delete(ctx, k) },
+		List:   func(ctx context.Context, p string) iter.Seq2[kv.Entry, error] { c.count("list"); return s.List(ctx, p) },
+		CAS: kv.CASFuncs{
+			GetWithVersion: func(ctx context.Context, k string) ([]byte, kv.Version, error) {
+				c.count("get_with_version")
+				return s.GetWithVersion(ctx, k)
+			},
+			PutIfAbsent: func(ctx context.Context, k string, v []byte) (kv.Version, error) {
+				c.count("put_if_absent")
+				return s.PutIfAbsent(ctx, k, v)
+			},
+			PutIfVersion: func(ctx context.Context, k string, v []byte, e kv.Version) (kv.Version, error) {
+				c.count("put_if_version")
+				return s.PutIfVersion(ctx, k, v, e)
+			},
+			ListKeys: func(ctx context.Context, p string) iter.Seq2[string, error] {
+				c.count("list_keys")
+				return s.ListKeys(ctx, p)
+			},
+		},
 	}
 }
 
 func TestTurnsOfOneSessionRunOneAtATime(t *testing.T) {
-	m := echoModel(t, model.EchoStep{Text: "slow", Delay: "300ms"})
-	rt := open(t, agent.Config{Agent: agent.Agent{Model: m}})
+	release := make(chan struct{})
+	rec := &recorder{answer: func(req model.Request) (model.Response, error) {
+		last := req.Messages[len(req.Messages)-1].Content
+		if last == "long" {
+			<-release // holds the turn until the test releases it
+		}
+		return model.Response{Message: model.Message{Role: model.RoleAssistant, Content: "ok: " + last}}, nil
+	}}
+	rt := open(t, agent.Config{Agent: agent.Agent{Model: rec}})
 	ctx := context.Background()
 	res := start(t, rt, "x")
 	// While one turn runs, a follow-up with a short deadline gives up.
-	go rt.Continue(ctx, agent.ContinueRequest{Token: res.ContinuationToken, Message: "long"})
-	time.Sleep(50 * time.Millisecond)
+	events, cancelSub := rt.Subscribe(res.SessionID)
+	defer cancelSub()
+	longDone := make(chan error, 1)
+	go func() {
+		_, err := rt.Continue(ctx, agent.ContinueRequest{Token: res.ContinuationToken, Message: "long"})
+		longDone <- err
+	}()
+	for e := range events {
+		if e.Type == agent.EventTurnStarted && e.Message == "long" {
+			break // the long turn holds the session
+		}
+	}
 	short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
 	defer cancel()
 	if _, err := rt.Continue(short, agent.ContinueRequest{Token: res.ContinuationToken, Message: "hurry"}); !errors.Is(err, agent.ErrBusy) {
@@ -158,10 +236,17 @@ func TestTurnsOfOneSessionRunOneAtATime(t *testing.T) {
 			}
 		}()
 	}
-	// And other sessions run meanwhile.
+	// And other sessions run meanwhile, while the long turn still holds
+	// its own.
 	for range 2 {
-		wg.Add(1)
-		go func() { defer wg.Done(); start(t, rt, "other") }()
+		start(t, rt, "other")
+	}
+	if s, _ := rt.GetSession(ctx, res.SessionID); s.Turns != 2 {
+		t.Errorf("turns of the held session while it is held: %d, want 2", s.Turns)
+	}
+	close(release)
+	if err := <-longDone; err != nil {
+		t.Fatal(err)
 	}
 	wg.Wait()
 	s, _ := rt.GetSession(ctx, res.SessionID)

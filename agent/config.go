@@ -13,8 +13,8 @@ const (
 	// ServingLocal serves every session from this host's disk, mirrored to
 	// the store. The default.
 	ServingLocal = "local"
-	// ServingLedger serves durable sessions across hosts through the
-	// ledger (05-ledger.md).
+	// ServingLedger names durable sessions across hosts through a ledger.
+	// This build refuses it at Open: the ledger is not part of it yet.
 	ServingLedger = "ledger"
 )
 
@@ -78,8 +78,9 @@ type Memory struct {
 // ReminderOptions tunes the reminder scheduler (package reminder). Zero
 // fields take the scheduler's defaults.
 type ReminderOptions struct {
-	// HostID names this host in reminder claims; empty means the host
-	// name and a random suffix.
+	// HostID names this host in reminder claims; empty means the state
+	// root's host id (stateroot.Root.HostID), which also names this host
+	// in the session heads it writes.
 	HostID string
 	// SyncInterval is how often the store is listed for reminders created
 	// on other hosts (default one minute).
@@ -108,9 +109,18 @@ type Observer interface {
 	// TurnFinished is called after every turn, with how it ended and how
 	// long it ran.
 	TurnFinished(status TurnStatus, d time.Duration)
-	// MirrorDropped is called for each mirror write the store refused. The
-	// key is redacted where it holds a continuation token.
+	// MirrorDropped is called for each mirror write the store refused (the
+	// name is older than the retries): nothing is dropped, the write stays
+	// in the backlog and is retried. The key is redacted where it holds a
+	// continuation token.
 	MirrorDropped(key string, err error)
+	// MirrorBacklog is called with the number of sessions whose mirror
+	// writes wait to be retried, each time it changes.
+	MirrorBacklog(sessions int)
+	// MirrorForked is called when a turn of this host lost the session's
+	// head to another host: its events (events of them) stay on this host
+	// as a fork and the session goes on from the store's history.
+	MirrorForked(sessionID string, events int)
 	// StoreOp is called after every store operation: op is the kv method
 	// ("put", "get", "delete", "list", "get_with_version",
 	// "put_if_absent", "put_if_version", "list_keys"), d its duration and
@@ -128,6 +138,12 @@ func (NopObserver) TurnFinished(TurnStatus, time.Duration) {}
 
 // MirrorDropped does nothing.
 func (NopObserver) MirrorDropped(string, error) {}
+
+// MirrorBacklog does nothing.
+func (NopObserver) MirrorBacklog(int) {}
+
+// MirrorForked does nothing.
+func (NopObserver) MirrorForked(string, int) {}
 
 // StoreOp does nothing.
 func (NopObserver) StoreOp(string, time.Duration, error) {}

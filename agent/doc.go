@@ -21,10 +21,13 @@
 //		Token: res.ContinuationToken, Message: "and then?"})
 //
 // Sessions are served from local disk (the state root's sessions/ folder)
-// and mirrored to the configured store after every turn; at start-up the
-// runtime restores recent sessions from the store within the policy's caps.
-// docs/runtime.md describes how a turn runs, how sessions persist, and the
-// policy knobs.
+// and committed to the configured store after every turn, through the
+// session head of package storage: before a turn the runtime takes the
+// turns other hosts committed, a turn that loses the head to another host
+// is kept locally as a fork, and writes the store refused are retried until
+// they land (mirror.go). At start-up the runtime restores recent sessions
+// from the store within the policy's caps (restore.go). docs/runtime.md
+// describes how a turn runs, how sessions persist, and the policy knobs.
 //
 // The HTTP server (package server) and the agentkit command run agents
 // through this package only: a config-defined agent (package config) and a

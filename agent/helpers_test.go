@@ -79,6 +79,25 @@ type counting struct {
 	failGet          atomic.Bool
 	mu               sync.Mutex
 	putKeys          []string
+	getKeys          []string
+	failKey          func(key string) bool // under mu; puts of matching keys fail
+}
+
+// failPutsOf makes the puts of keys containing sub fail ("" for none).
+func (c *counting) failPutsOf(sub string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if sub == "" {
+		c.failKey = nil
+		return
+	}
+	c.failKey = func(k string) bool { return strings.Contains(k, sub) }
+}
+
+func (c *counting) gotKeys() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]string(nil), c.getKeys...)
 }
 
 func newCounting(inner *kv.DB) *counting { return &counting{db: inner} }
@@ -92,22 +111,31 @@ func (c *counting) reset() {
 	c.lists.Store(0)
 	c.listed.Store(0)
 	c.bytesRead.Store(0)
+	c.mu.Lock()
+	c.getKeys, c.putKeys = nil, nil
+	c.mu.Unlock()
 }
 
 func (c *counting) funcs() kv.Funcs {
 	return kv.Funcs{
 		Put: func(ctx context.Context, key string, value []byte) error {
 			c.puts.Add(1)
-			if c.failPut.Load() {
+			c.mu.Lock()
+			fail := c.failPut.Load() || (c.failKey != nil && c.failKey(key))
+			if !fail {
+				c.putKeys = append(c.putKeys, key)
+			}
+			c.mu.Unlock()
+			if fail {
 				return errInjected
 			}
-			c.mu.Lock()
-			c.putKeys = append(c.putKeys, key)
-			c.mu.Unlock()
 			return c.db.Put(ctx, key, value)
 		},
 		Get: func(ctx context.Context, key string) ([]byte, error) {
 			c.gets.Add(1)
+			c.mu.Lock()
+			c.getKeys = append(c.getKeys, key)
+			c.mu.Unlock()
 			if c.failGet.Load() {
 				return nil, errInjected
 			}

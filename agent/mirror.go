@@ -3,115 +3,230 @@ package agent
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"agentkit/agent/sessiondb"
+	"agentkit/keys"
+	"agentkit/kv"
 	"agentkit/memory"
+	"agentkit/storage"
 )
 
-// recordVersion is the format version ("v") of the session records the
-// runtime writes to the store. A newer version is refused when read.
-const recordVersion = 1
+// Timing of the session mirror.
+const (
+	// mirrorTimeout bounds the store operations of one flush.
+	mirrorTimeout = 30 * time.Second
+	// headTimeout bounds the read of the session head before a turn: a
+	// store slower than that lets the turn run from the local copy.
+	headTimeout = 10 * time.Second
+	// retryMin and retryMax bound the background retry's back-off, which
+	// doubles after each round that leaves writes owed.
+	retryMin = time.Second
+	retryMax = 5 * time.Minute
+)
 
-// metaRecord is the stored session metadata: the value of
-// sessions/{id}/meta and of the session's index entry.
-type metaRecord struct {
-	V                 int       `json:"v"`
-	ID                string    `json:"id"`
-	ChannelID         string    `json:"channelId"`
-	Title             string    `json:"title,omitempty"`
-	CreatedAt         time.Time `json:"createdAt"`
-	UpdatedAt         time.Time `json:"updatedAt"`
-	Turns             int64     `json:"turns"`
-	LastSeq           int64     `json:"lastSeq"`
-	LastStatus        string    `json:"lastStatus,omitempty"`
-	Batches           int64     `json:"batches"`
-	ContinuationToken string    `json:"continuationToken"`
+// sessionMirror is how a session's turns reach the store beyond this
+// host's disk, and how turns other hosts committed reach this host. The
+// runtime calls it around every turn, under the session's turn lock; it
+// is the one seam between the turn loop and the store's session records,
+// so another commit path can take its place.
+type sessionMirror interface {
+	// beforeTurn brings the local copy up to the store's: what other hosts
+	// committed is imported, and this host's events that lost the session
+	// head to them are moved aside as a fork. A deleted session is
+	// ErrSessionNotFound (and is removed here). A store that does not
+	// answer lets the turn run from the local copy.
+	beforeTurn(ctx context.Context, st *sessionState, id string) error
+	// recorded is called after each event is recorded on local disk.
+	recorded(st *sessionState, id string)
+	// afterTurn writes what the store lacks of the session.
+	afterTurn(ctx context.Context, st *sessionState, id string)
+	// deleteSession deletes the session from the store for every host.
+	deleteSession(ctx context.Context, m sessiondb.Meta) error
+	// load loads a session that is not on local disk (ErrSessionNotFound
+	// when the store does not have it, ErrStoreUnavailable when it fails).
+	load(ctx context.Context, id string) error
+	// resolve returns the session a continuation token names, loading it
+	// when it is not on local disk (ErrUnknownToken, ErrStoreUnavailable).
+	resolve(ctx context.Context, token string) (string, error)
+	// restore loads recent sessions at start-up, within the policy's caps.
+	restore(ctx context.Context) error
+	// flushBacklog writes what the store lacks of every session, at
+	// start-up.
+	flushBacklog(ctx context.Context) error
+	// start runs background work (the retry of failed writes) until ctx
+	// ends; Open calls it once.
+	start(ctx context.Context)
+	// stats reports the failed writes, the sessions in the backlog and
+	// the forks since Open.
+	stats() (failed int64, backlog int, forks int64)
 }
 
-// batchRecord is one stored event batch: sessions/{id}/events/{batch}.
-type batchRecord struct {
-	V         int               `json:"v"`
-	SessionID string            `json:"sessionId"`
-	Batch     int64             `json:"batch"`
-	Events    []json.RawMessage `json:"events"`
+// storeMirror mirrors sessions to the store through the record layer
+// (storage.Sessions): each batch is committed with the session head's
+// compare-and-set (storage.Sessions.Commit), so a host never overwrites
+// newer turns another host committed. What the store refused is kept (the
+// local database knows what was committed) and retried at the next turn,
+// at the next start, and in the background with back-off, until it lands.
+type storeMirror struct {
+	r        *Runtime
+	sessions *storage.Sessions
+
+	failed atomic.Int64
+	forks  atomic.Int64
+
+	mu      sync.Mutex
+	backlog map[string]bool // sessions the store lacks something of
+	wake    chan struct{}
 }
 
-// continuationRecord is the value of continuations/{token}.
-type continuationRecord struct {
-	V         int    `json:"v"`
-	SessionID string `json:"sessionId"`
+var _ sessionMirror = (*storeMirror)(nil)
+
+func newStoreMirror(r *Runtime, sessions *storage.Sessions) *storeMirror {
+	return &storeMirror{r: r, sessions: sessions, backlog: map[string]bool{}, wake: make(chan struct{}, 1)}
 }
 
-// decodeStored checks a stored record's format version and decodes it.
-func decodeStored(what string, data []byte, v any) error {
-	var head struct {
-		V int `json:"v"`
-	}
-	if err := json.Unmarshal(data, &head); err != nil {
-		return fmt.Errorf("the stored %s is not JSON: %w", what, err)
-	}
-	if head.V > recordVersion {
-		return fmt.Errorf("the stored %s has format version %d, newer than this build's %d; upgrade agentkit", what, head.V, recordVersion)
-	}
-	if head.V < 1 {
-		return fmt.Errorf("the stored %s has no format version; it was not written by agentkit", what)
-	}
-	if err := json.Unmarshal(data, v); err != nil {
-		return fmt.Errorf("the stored %s does not decode: %w", what, err)
-	}
-	return nil
-}
-
-func metaRecordOf(m sessiondb.Meta) metaRecord {
-	return metaRecord{
-		V: recordVersion, ID: m.ID, ChannelID: m.ChannelID, Title: m.Title,
+// storeMeta is a session row as the store's metadata, naming batch.
+func storeMeta(m sessiondb.Meta, batch int64) storage.SessionMeta {
+	return storage.SessionMeta{
+		ID: m.ID, ChannelID: m.ChannelID, Title: m.Title,
 		CreatedAt: m.CreatedAt, UpdatedAt: m.UpdatedAt, Turns: m.Turns,
-		LastSeq: m.LastSeq, LastStatus: m.LastStatus, Batches: m.Batches,
+		LastSeq: m.LastSeq, LastStatus: m.LastStatus, Batches: batch,
 		ContinuationToken: m.Token,
 	}
 }
 
-// mirrorPut writes one mirror key at most once: a failure is logged (the
-// key redacted when it holds a token), counted, reported to the Observer
-// and dropped.
-func (r *Runtime) mirrorPut(ctx context.Context, key string, value []byte) bool {
-	err := r.store.Put(ctx, key, value)
-	if err == nil {
-		return true
+// localMeta is the store's metadata as a session row.
+func localMeta(h storage.SessionMeta) sessiondb.Meta {
+	return sessiondb.Meta{
+		ID: h.ID, ChannelID: h.ChannelID, Title: h.Title,
+		CreatedAt: h.CreatedAt.UTC(), UpdatedAt: h.UpdatedAt.UTC(),
+		Turns: h.Turns, LastSeq: h.LastSeq, LastStatus: h.LastStatus,
+		Token: h.ContinuationToken,
 	}
-	r.mirrorDropped(ctx, key, err)
-	return false
 }
 
-func (r *Runtime) mirrorDropped(ctx context.Context, key string, err error) {
-	n := r.dropped.Add(1)
-	shown := r.redactKey(key)
-	err = r.redactErr(err)
-	r.log.LogAttrs(ctx, slog.LevelWarn, "agent: mirror write dropped",
-		slog.String("store", r.binding.Name()), slog.String("key", shown),
-		slog.String("error", err.Error()), slog.Int64("dropped_total", n))
-	r.obs.MirrorDropped(shown, err)
+// records decodes the events of loaded batches for the local database,
+// returning them and the highest sequence number.
+func records(id string, batches []storage.Batch) ([]sessiondb.Record, int64, error) {
+	var recs []sessiondb.Record
+	var last int64
+	for _, b := range batches {
+		for _, raw := range b.Events {
+			var ev Event
+			if err := json.Unmarshal(raw, &ev); err != nil || ev.Seq <= 0 {
+				return nil, 0, fmt.Errorf("%w: an event in batch %d of session %s is damaged", ErrStoreUnavailable, b.Number, id)
+			}
+			recs = append(recs, sessiondb.Record{SessionID: id, Seq: ev.Seq, At: ev.At, Type: ev.Type, Data: raw})
+			last = max(last, ev.Seq)
+		}
+	}
+	slices.SortFunc(recs, func(a, b sessiondb.Record) int { return int(a.Seq - b.Seq) })
+	recs = slices.CompactFunc(recs, func(a, b sessiondb.Record) bool { return a.Seq == b.Seq })
+	return recs, last, nil
 }
 
-// flushNow flushes a session's mirror and stops its debounce timer. The
-// caller holds the session's turn lock.
-func (r *Runtime) flushNow(ctx context.Context, st *sessionState, id string) {
-	r.mu.Lock()
-	if st.timer != nil {
-		st.timer.Stop()
-		st.timer = nil
+// loadedState is the mirror state of a session just read from the store.
+func (mr *storeMirror) loadedState(h storage.Head, last int64) sessiondb.MirrorState {
+	seq := max(h.LastSeq, last)
+	indexKey, _ := mr.sessions.IndexKey(h.ID, h.UpdatedAt)
+	return sessiondb.MirrorState{
+		MirroredSeq: seq, Batch: h.Batches, BatchID: h.BatchID,
+		IndexKey: indexKey, TokenMirrored: true, MetaSeq: seq,
 	}
-	r.mu.Unlock()
+}
+
+// beforeTurn implements sessionMirror.
+func (mr *storeMirror) beforeTurn(ctx context.Context, st *sessionState, id string) error {
+	r := mr.r
+	if !r.caps.Get {
+		return nil // a store that cannot be read: nothing to catch up with
+	}
+	_, ms, err := r.db.Mirror(ctx, id)
+	if err != nil {
+		return err
+	}
+	if ms.Batch == 0 && ms.PendingID == "" {
+		// Never committed: no other host can know the session, and it has
+		// no head.
+		st.mirror.Lock()
+		st.known = &storage.KnownHead{}
+		st.mirror.Unlock()
+		return nil
+	}
+	if ms.PendingID != "" {
+		// A commit whose outcome is unknown: settle it first, so that the
+		// store's copy of it is not taken for another host's.
+		mr.flush(ctx, st, id, true)
+		if _, ms, err = r.db.Mirror(ctx, id); errors.Is(err, sessiondb.ErrNotFound) {
+			return fmt.Errorf("%w: %s (deleted)", ErrSessionNotFound, id)
+		} else if err != nil {
+			return err
+		}
+	}
+	hctx, cancel := context.WithTimeout(ctx, headTimeout)
+	defer cancel()
+	l, err := mr.sessions.Load(hctx, id, storage.BatchRef{Number: ms.Batch, ID: ms.BatchID})
+	switch {
+	case errors.Is(err, storage.ErrSessionDeleted):
+		r.removeDeleted(ctx, id)
+		return fmt.Errorf("%w: %s (deleted on another host)", ErrSessionNotFound, id)
+	case errors.Is(err, kv.ErrNotFound):
+		return nil // not in the store yet
+	case err != nil:
+		r.logger(id).Warn("agent: the store did not answer before the turn; the turn runs from this host's copy and is committed when the store answers",
+			r.logStoreName(), slog.String("error", err.Error()))
+		return nil
+	}
 	st.mirror.Lock()
 	defer st.mirror.Unlock()
-	r.flush(ctx, id)
+	st.known = known(l)
+	if len(l.Batches) == 0 && !l.Diverged {
+		return nil
+	}
+	return mr.adopt(ctx, id, l)
 }
 
-// armDebounce (re)starts a busy session's debounce timer.
-func (r *Runtime) armDebounce(st *sessionState, id string) {
+// adopt makes the store's history the local copy's: the loaded batches
+// are appended, and local events that differ from them are moved aside as
+// a fork (sessiondb.Adopt). The caller holds the session's turn lock and
+// its mirror lock.
+func (mr *storeMirror) adopt(ctx context.Context, id string, l storage.Loaded) error {
+	r := mr.r
+	recs, last, err := records(id, l.Batches)
+	if err != nil {
+		return err
+	}
+	ms := mr.loadedState(l.Head, last)
+	m := localMeta(l.Head.SessionMeta)
+	m.LastSeq = ms.MirroredSeq
+	n, err := r.db.Adopt(ctx, m, recs, ms, l.Head.Writer, r.now())
+	if err != nil {
+		return fmt.Errorf("agent: taking session %s from the store: %w", id, err)
+	}
+	mr.setBacklog(id, false)
+	if n > 0 {
+		mr.forks.Add(1)
+		r.logger(id).Warn("agent: another host committed this session's turns first; this host's events that lost are kept here as a fork (sessions.db, table forked_events) and the session goes on from the store's history",
+			slog.Int("forkedEvents", n), slog.String("winner", l.Head.Writer), slog.Int64("storeLastSeq", ms.MirroredSeq))
+		r.obs.MirrorForked(id, n)
+	} else if len(recs) > 0 {
+		r.logger(id).Info("agent: took the turns other hosts committed from the store", slog.Int("events", len(recs)), slog.String("writer", l.Head.Writer))
+	}
+	return nil
+}
+
+// recorded implements sessionMirror: it (re)starts the debounce timer of
+// a busy session, so its events reach the store that long after the last
+// one even while the turn runs.
+func (mr *storeMirror) recorded(st *sessionState, id string) {
+	r := mr.r
 	d := r.policy.Debounce
 	if d <= 0 {
 		return
@@ -128,86 +243,372 @@ func (r *Runtime) armDebounce(st *sessionState, id string) {
 			return
 		}
 		defer exit()
-		st.mirror.Lock()
-		defer st.mirror.Unlock()
-		r.flush(r.bg, id)
+		mr.flush(r.bg, st, id, false)
 	})
 }
 
-// flush writes what the store lacks of a session: the events after the
-// last mirrored one as one batch, then the metadata, the continuation
-// token (on the first flush) and the session-index entry, deleting the
-// previous index entry. Every write is at most once. The caller holds
-// st.mirror.
-func (r *Runtime) flush(ctx context.Context, id string) {
+// afterTurn implements sessionMirror: it stops the debounce timer and
+// flushes, under the turn lock.
+func (mr *storeMirror) afterTurn(ctx context.Context, st *sessionState, id string) {
+	r := mr.r
+	r.mu.Lock()
+	if st.timer != nil {
+		st.timer.Stop()
+		st.timer = nil
+	}
+	r.mu.Unlock()
+	mr.flush(ctx, st, id, true)
+}
+
+// flush writes what the store lacks of a session and records whether it
+// still lacks something (the backlog). locked says the caller holds the
+// session's turn lock: only then is a lost head resolved (the turn moved
+// aside as a fork) or a tombstone applied, because both rewrite the local
+// copy; otherwise the next flush under the lock does it.
+func (mr *storeMirror) flush(ctx context.Context, st *sessionState, id string, locked bool) {
+	st.mirror.Lock()
+	defer st.mirror.Unlock()
 	ctx, cancel := context.WithTimeout(ctx, mirrorTimeout)
 	defer cancel()
+	mr.setBacklog(id, mr.commit(ctx, st, id, locked))
+}
+
+// commit commits the session's events not yet in the store, batch by
+// batch, then writes its metadata, index entry and token if they are owed.
+// It reports whether the store still lacks something. The caller holds
+// the session's mirror lock.
+//
+// A committed batch is saved locally with the next write of the mirror
+// state (the next batch's pending record, or the metadata's), not on its
+// own: if the process stops in between, the pending record it still holds
+// is retried and found landed.
+func (mr *storeMirror) commit(ctx context.Context, st *sessionState, id string, locked bool) (owes bool) {
+	r := mr.r
 	log := r.logger(id)
-	m, err := r.db.Get(ctx, id)
+	m, ms, err := r.db.Mirror(ctx, id)
+	if errors.Is(err, sessiondb.ErrNotFound) {
+		return false
+	}
 	if err != nil {
 		log.Warn("agent: mirror: reading the session failed", "error", err)
-		return
+		return true
 	}
-	if m.LastSeq <= m.MirroredSeq {
-		return
-	}
-	recs, err := r.db.Range(ctx, id, m.MirroredSeq+1, m.LastSeq)
-	if err != nil {
-		log.Warn("agent: mirror: reading events failed", "error", err)
-		return
-	}
-	if len(recs) > 0 {
-		b := batchRecord{V: recordVersion, SessionID: id, Batch: m.Batches + 1}
-		for _, rec := range recs {
-			b.Events = append(b.Events, rec.Data)
-		}
-		if key, err := r.scope.EventBatch(id, uint64(b.Batch)); err == nil {
-			data, _ := json.Marshal(b)
-			r.mirrorPut(ctx, key, data)
-		}
-		m.Batches = b.Batch
-	}
-	m.MirroredSeq = m.LastSeq
-	meta, _ := json.Marshal(metaRecordOf(m))
-	if key, err := r.scope.SessionMeta(id); err == nil {
-		r.mirrorPut(ctx, key, meta)
-	}
-	if !m.TokenMirrored {
-		// Until one write of the token succeeds, every flush tries again:
-		// without it, other hosts cannot resolve the token.
-		if key, err := r.scope.Continuation(m.Token); err == nil {
-			data, _ := json.Marshal(continuationRecord{V: recordVersion, SessionID: id})
-			m.TokenMirrored = r.mirrorPut(ctx, key, data)
-		}
-	}
-	// The index entry: written anew for the new update time, the old one
-	// deleted once the new one is in. A failed write keeps the old key, to
-	// be deleted by a later flush.
-	if indexKey, err := r.scope.SessionIndex(m.UpdatedAt, id); err == nil && indexKey != m.IndexKey {
-		if r.mirrorPut(ctx, indexKey, meta) {
-			if m.IndexKey != "" && r.caps.Delete {
-				if err := r.store.Delete(ctx, m.IndexKey); err != nil {
-					r.mirrorDropped(ctx, m.IndexKey, err)
-				}
+	dirty := false // ms holds a committed batch not yet saved
+	defer func() {
+		if dirty {
+			if err := r.db.SetMirror(ctx, id, ms); err != nil && !errors.Is(err, sessiondb.ErrNotFound) {
+				log.Warn("agent: mirror: saving the mirror state failed", "error", err)
+				owes = true
 			}
-			m.IndexKey = indexKey
 		}
-	}
-	if err := r.db.SetMirrored(ctx, m); err != nil {
-		log.Warn("agent: mirror: saving the mirror state failed", "error", err)
+	}()
+	for {
+		req, ok, err := mr.nextCommit(ctx, m, &ms)
+		if err != nil {
+			log.Warn("agent: mirror: preparing a batch failed", "error", err)
+			return true
+		}
+		if !ok {
+			owes, saved := mr.writeRecords(ctx, m, ms)
+			if saved {
+				dirty = false
+			}
+			return owes
+		}
+		dirty = false // nextCommit saved ms with the new pending batch
+		req.Known = st.known
+		res, err := mr.sessions.Commit(ctx, req)
+		st.known = nil
+		if err != nil {
+			mr.writeFailed(ctx, id, err)
+			return true
+		}
+		switch res.Outcome {
+		case storage.Committed:
+			ms.MirroredSeq, ms.Batch, ms.BatchID = ms.PendingSeq, res.Batch.Number, res.Batch.ID
+			ms.PendingID, ms.PendingSeq, ms.PendingMeta = "", 0, nil
+			dirty = true
+			if res.Version != "" {
+				st.known = &storage.KnownHead{Head: res.Head, Version: res.Version}
+			}
+			if m, err = r.db.Get(ctx, id); err != nil {
+				dirty = false
+				return !errors.Is(err, sessiondb.ErrNotFound)
+			}
+		case storage.Behind:
+			if !locked {
+				return true
+			}
+			l, err := mr.sessions.Load(ctx, id, storage.BatchRef{Number: ms.Batch, ID: ms.BatchID})
+			switch {
+			case errors.Is(err, storage.ErrSessionDeleted):
+				r.removeDeleted(ctx, id)
+				return false
+			case err != nil:
+				mr.writeFailed(ctx, id, err)
+				return true
+			}
+			if err := mr.adopt(ctx, id, l); err != nil {
+				log.Warn("agent: mirror: taking the store's history failed", "error", err)
+				return true
+			}
+			st.known = known(l)
+			return false
+		case storage.Deleted:
+			if !locked {
+				return true
+			}
+			r.removeDeleted(ctx, id)
+			return false
+		}
 	}
 }
 
-// flushUnmirrored flushes sessions whose last events never reached the
-// mirror (the process stopped before a turn's end).
-func (r *Runtime) flushUnmirrored(ctx context.Context) error {
-	ids, err := r.db.Unmirrored(ctx)
+// known is the head a Load read, for the next commit (nil without a
+// version: a store without the CAS group, or a session with no head).
+func known(l storage.Loaded) *storage.KnownHead {
+	if l.Version == "" {
+		return nil
+	}
+	return &storage.KnownHead{Head: l.Head, Version: l.Version}
+}
+
+// nextCommit builds the next commit of a session: the pending one, retried
+// exactly as it was, or a new batch of the events after the last
+// committed one, recorded as pending before it can reach the store. ok is
+// false when there is nothing to commit.
+func (mr *storeMirror) nextCommit(ctx context.Context, m sessiondb.Meta, ms *sessiondb.MirrorState) (storage.CommitRequest, bool, error) {
+	r := mr.r
+	req := storage.CommitRequest{Writer: r.hostID, Base: storage.BatchRef{Number: ms.Batch, ID: ms.BatchID}}
+	switch {
+	case ms.PendingID != "":
+		if err := json.Unmarshal(ms.PendingMeta, &req.Meta); err != nil {
+			return req, false, fmt.Errorf("the pending commit's metadata is damaged: %w", err)
+		}
+		req.BatchID, req.Retry = ms.PendingID, true
+	case m.LastSeq > ms.MirroredSeq:
+		req.Meta = storeMeta(m, 0)
+		req.BatchID = storage.NewBatchID()
+		meta, err := json.Marshal(req.Meta)
+		if err != nil {
+			return req, false, err
+		}
+		ms.PendingID, ms.PendingSeq, ms.PendingMeta = req.BatchID, m.LastSeq, meta
+		if err := r.db.SetMirror(ctx, m.ID, *ms); err != nil {
+			return req, false, err
+		}
+	default:
+		return req, false, nil
+	}
+	recs, err := r.db.Range(ctx, m.ID, ms.MirroredSeq+1, ms.PendingSeq)
+	if err != nil {
+		return req, false, err
+	}
+	for _, rec := range recs {
+		req.Events = append(req.Events, rec.Data)
+	}
+	if len(req.Events) == 0 {
+		return req, false, fmt.Errorf("events %d to %d of the pending commit are not on local disk", ms.MirroredSeq+1, ms.PendingSeq)
+	}
+	return req, true, nil
+}
+
+// writeRecords writes the session's metadata, index entry and token when
+// the store lacks them, once its events are committed, and saves the
+// mirror state. It reports whether the store still lacks something and
+// whether it saved the state.
+func (mr *storeMirror) writeRecords(ctx context.Context, m sessiondb.Meta, ms sessiondb.MirrorState) (owes, saved bool) {
+	r := mr.r
+	if !ms.Owes(m.LastSeq) {
+		return false, false
+	}
+	if ms.MirroredSeq == 0 || m.LastSeq > ms.MirroredSeq || ms.PendingID != "" {
+		return ms.Owes(m.LastSeq), false
+	}
+	meta := storeMeta(m, ms.Batch)
+	if ms.MetaSeq < ms.MirroredSeq {
+		if err := mr.sessions.PutMeta(ctx, meta); err != nil {
+			mr.writeFailed(ctx, m.ID, err)
+		} else if key, err := mr.sessions.PutIndex(ctx, meta); err != nil {
+			mr.writeFailed(ctx, m.ID, err)
+		} else {
+			if ms.IndexKey != "" && ms.IndexKey != key {
+				// A stale entry left behind is harmless: readers check the
+				// session itself.
+				if err := mr.sessions.DeleteIndex(ctx, ms.IndexKey); err != nil {
+					r.logger(m.ID).Warn("agent: mirror: removing the previous session-index entry failed; it stays as a harmless stale entry", "error", err)
+				}
+			}
+			ms.IndexKey, ms.MetaSeq = key, ms.MirroredSeq
+		}
+	}
+	if !ms.TokenMirrored {
+		// Without it, other hosts cannot resolve the token.
+		if err := mr.sessions.PutToken(ctx, m.Token, m.ID); err != nil {
+			mr.writeFailed(ctx, m.ID, err)
+		} else {
+			ms.TokenMirrored = true
+		}
+	}
+	if err := r.db.SetMirror(ctx, m.ID, ms); err != nil && !errors.Is(err, sessiondb.ErrNotFound) {
+		r.logger(m.ID).Warn("agent: mirror: saving the mirror state failed", "error", err)
+		return true, true
+	}
+	return ms.Owes(m.LastSeq), true
+}
+
+// writeFailed logs and counts a mirror write the store refused. The write
+// is not dropped: the session stays in the backlog.
+func (mr *storeMirror) writeFailed(ctx context.Context, id string, err error) {
+	r := mr.r
+	n := mr.failed.Add(1)
+	key := ""
+	var ke *kv.Error
+	if errors.As(err, &ke) {
+		key = keys.Redact(ke.Key)
+	}
+	r.logger(id).LogAttrs(ctx, slog.LevelWarn, "agent: mirror write failed; kept and retried",
+		r.logStoreName(), slog.String("key", key),
+		slog.String("error", err.Error()), slog.Int64("failed_total", n))
+	r.obs.MirrorDropped(key, err)
+}
+
+// setBacklog records whether the store lacks something of a session, tells
+// the Observer when the count changes, and wakes the background retry.
+func (mr *storeMirror) setBacklog(id string, owes bool) {
+	mr.mu.Lock()
+	changed := mr.backlog[id] != owes
+	if owes {
+		mr.backlog[id] = true
+	} else {
+		delete(mr.backlog, id)
+	}
+	n := len(mr.backlog)
+	mr.mu.Unlock()
+	if changed {
+		mr.r.obs.MirrorBacklog(n)
+	}
+	if owes {
+		select {
+		case mr.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// pending returns the sessions in the backlog, in id order.
+func (mr *storeMirror) pending() []string {
+	mr.mu.Lock()
+	defer mr.mu.Unlock()
+	ids := make([]string, 0, len(mr.backlog))
+	for id := range mr.backlog {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+func (mr *storeMirror) owes(id string) bool {
+	mr.mu.Lock()
+	defer mr.mu.Unlock()
+	return mr.backlog[id]
+}
+
+// stats implements sessionMirror.
+func (mr *storeMirror) stats() (int64, int, int64) {
+	mr.mu.Lock()
+	n := len(mr.backlog)
+	mr.mu.Unlock()
+	return mr.failed.Load(), n, mr.forks.Load()
+}
+
+// flushBacklog flushes every session the store lacks something of, at
+// start-up: events recorded before the process stopped (a SIGKILL mid-turn)
+// or refused by the store. No turn runs yet. After the first session the
+// store still refuses, the others are only put in the backlog, for the
+// background retry: a store that is down delays the start by one
+// mirrorTimeout at most.
+func (mr *storeMirror) flushBacklog(ctx context.Context) error {
+	ids, err := mr.r.db.Backlog(ctx)
 	if err != nil {
 		return err
 	}
-	for _, id := range ids {
-		r.flush(ctx, id)
+	for i, id := range ids {
+		st, release, err := mr.r.lockSession(ctx, id)
+		if err != nil {
+			return err
+		}
+		mr.flush(ctx, st, id, true)
+		release()
+		if mr.owes(id) {
+			for _, rest := range ids[i+1:] {
+				mr.setBacklog(rest, true)
+			}
+			break
+		}
 	}
+	return nil
+}
+
+// start implements sessionMirror: the background retry. While sessions are
+// in the backlog it flushes them, first retryMin after a failure, doubling
+// the wait after each round that leaves writes owed, up to retryMax. A
+// session whose turn is running is skipped: the turn's end flushes it.
+func (mr *storeMirror) start(ctx context.Context) {
+	r := mr.r
+	r.bgWG.Add(1)
+	go func() {
+		defer r.bgWG.Done()
+		backoff := retryMin
+		for {
+			if len(mr.pending()) == 0 {
+				backoff = retryMin
+				select {
+				case <-ctx.Done():
+					return
+				case <-mr.wake:
+					continue
+				}
+			}
+			t := time.NewTimer(backoff)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-t.C:
+			}
+			clean := true
+			for _, id := range mr.pending() {
+				st, release, ok := r.tryLockSession(id)
+				if !ok {
+					continue
+				}
+				mr.flush(ctx, st, id, true)
+				release()
+				if mr.owes(id) {
+					clean = false
+				}
+			}
+			if ctx.Err() != nil {
+				return
+			}
+			if clean {
+				backoff = retryMin
+			} else {
+				backoff = min(2*backoff, retryMax)
+			}
+		}
+	}()
+}
+
+// deleteSession implements sessionMirror: the head becomes a tombstone and
+// the session's other keys are removed (storage.Sessions.Delete).
+func (mr *storeMirror) deleteSession(ctx context.Context, m sessiondb.Meta) error {
+	tomb := storage.Head{SessionMeta: storage.SessionMeta{ID: m.ID, UpdatedAt: mr.r.now().UTC()}, Writer: mr.r.hostID}
+	if err := mr.sessions.Delete(ctx, tomb, m.Token, m.IndexKey); err != nil {
+		return storeErr("deleting session "+m.ID, err)
+	}
+	mr.setBacklog(m.ID, false)
 	return nil
 }
 

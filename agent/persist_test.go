@@ -183,6 +183,8 @@ type observer struct {
 	turns   []agent.TurnStatus
 	dropped []string
 	ops     map[string]int
+	backlog []int
+	forks   map[string]int
 }
 
 func (o *observer) TurnFinished(s agent.TurnStatus, d time.Duration) {
@@ -197,6 +199,21 @@ func (o *observer) MirrorDropped(key string, err error) {
 	o.dropped = append(o.dropped, key+" "+err.Error())
 }
 
+func (o *observer) MirrorBacklog(n int) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.backlog = append(o.backlog, n)
+}
+
+func (o *observer) MirrorForked(id string, events int) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.forks == nil {
+		o.forks = map[string]int{}
+	}
+	o.forks[id] += events
+}
+
 func (o *observer) StoreOp(op string, d time.Duration, err error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -206,111 +223,89 @@ func (o *observer) StoreOp(op string, d time.Duration, err error) {
 	o.ops[op]++
 }
 
-func TestFailedMirrorWritesAreDroppedNotFatal(t *testing.T) {
-	c := newCounting(memkv.New())
+func (o *observer) lastBacklog() int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if len(o.backlog) == 0 {
+		return 0
+	}
+	return o.backlog[len(o.backlog)-1]
+}
+
+// TestFailedMirrorWritesAreKeptAndRetried: a store that refuses writes
+// never fails a turn, and what it refused reaches it at the next turn.
+func TestFailedMirrorWritesAreKeptAndRetried(t *testing.T) {
+	ctx := context.Background()
+	inner := memkv.New()
+	c := newCounting(inner)
 	c.failPut.Store(true)
 	obs := &observer{}
 	var logs logBuffer
-	rt := open(t, agent.Config{Store: c.funcs(), Observer: obs, Logger: logs.logger()})
+	rt := open(t, agent.Config{Agent: agent.Agent{Name: "kept"}, Store: c.funcs(), Observer: obs, Logger: logs.logger()})
 	res := start(t, rt, "hi")
 	if res.Turn.Status != agent.StatusCompleted {
 		t.Fatalf("turn %s %s", res.Turn.Status, res.Turn.Result)
 	}
-	// batch, meta, token, index.
-	if n := rt.Info().MirrorDropped; n != 4 {
-		t.Errorf("MirrorDropped = %d, want 4", n)
+	p := "agentkit/v1/kept/"
+	if info := rt.Info(); info.MirrorDropped < 1 || info.MirrorBacklog != 1 {
+		t.Errorf("info after a refused turn: dropped %d backlog %d; want at least 1 and 1", info.MirrorDropped, info.MirrorBacklog)
 	}
-	if len(obs.dropped) != 4 || len(obs.turns) != 1 || obs.turns[0] != agent.StatusCompleted {
-		t.Errorf("observer: dropped %q turns %v", obs.dropped, obs.turns)
+	if obs.lastBacklog() != 1 || len(obs.dropped) < 1 || len(obs.turns) != 1 {
+		t.Errorf("observer: backlog %v dropped %q turns %v", obs.backlog, obs.dropped, obs.turns)
 	}
-	out := logs.String()
-	if strings.Contains(out, res.ContinuationToken) || strings.Contains(strings.Join(obs.dropped, "\n"), res.ContinuationToken) {
-		t.Error("a continuation token reached the logs or the observer")
+	if out := logs.String(); !strings.Contains(out, "mirror write failed; kept and retried") || !strings.Contains(out, "/events/") {
+		t.Errorf("logs lack the failed write:\n%s", out)
 	}
-	if !strings.Contains(out, "continuations/REDACTED") || !strings.Contains(out, "mirror write dropped") || !strings.Contains(out, "/meta") {
-		t.Errorf("logs lack the dropped keys:\n%s", out)
+	if ks := keysWith(t, inner, p+"sessions/"); len(ks) != 0 {
+		t.Fatalf("the refusing store holds %q", ks)
 	}
-	// The next turn still runs, and its writes land once the store is back.
-	c.failPut.Store(false)
-	res2, err := rt.Continue(context.Background(), agent.ContinueRequest{Token: res.ContinuationToken, Message: "again"})
-	if err != nil || res2.Turn.Status != agent.StatusCompleted {
-		t.Fatalf("%+v %v", res2, err)
-	}
-	if rt.Info().MirrorDropped != 4 {
-		t.Error("writes that succeeded were counted as dropped")
-	}
-	// The second turn wrote its batch, the metadata, the index entry and
-	// the token, whose first write was dropped.
-	if obs.ops["put"] != 8 || obs.ops["get"] != 0 {
-		t.Errorf("store ops seen by the observer: %v", obs.ops)
-	}
-}
 
-func TestDebounceWritesWhileTheTurnRuns(t *testing.T) {
-	store := memkv.New()
-	m := echoModel(t,
-		model.EchoStep{Tool: "list_files"},
-		model.EchoStep{Text: "slow answer", Delay: "1s"},
-	)
-	rt := open(t, agent.Config{Agent: agent.Agent{Name: "deb", Model: m}, Store: store, Policy: agent.Policy{Debounce: 20 * time.Millisecond}})
-	var mu sync.Mutex
-	var sessionID string
-	var seenBeforeEnd []string
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		res, err := rt.StartSession(context.Background(), agent.StartRequest{Message: "go", OnEvent: func(e agent.Event) {
-			mu.Lock()
-			sessionID = e.SessionID
-			mu.Unlock()
-		}})
-		if err != nil || res.Turn.Result != "slow answer" {
-			t.Errorf("%+v %v", res, err)
-		}
-	}()
-	deadline := time.Now().Add(5 * time.Second)
-	for time.Now().Before(deadline) {
-		mu.Lock()
-		id := sessionID
-		mu.Unlock()
-		if id != "" {
-			ks := keysWith(t, store, "agentkit/v1/deb/sessions/"+id+"/events/")
-			if len(ks) > 0 {
-				select {
-				case <-done:
-				default:
-					seenBeforeEnd = ks
-				}
-				break
-			}
-		}
-		time.Sleep(5 * time.Millisecond)
+	// The store is back: the next turn carries the first turn's events.
+	c.failPut.Store(false)
+	if _, err := rt.Continue(ctx, agent.ContinueRequest{Token: res.ContinuationToken, Message: "again"}); err != nil {
+		t.Fatal(err)
 	}
-	<-done
-	if len(seenBeforeEnd) == 0 {
-		t.Fatal("no event batch reached the store while the turn ran")
-	}
-	b, _ := store.Get(context.Background(), seenBeforeEnd[0])
-	if strings.Contains(string(b), `"turn.finished"`) {
-		t.Errorf("the batch seen during the turn holds its end: %s", b)
-	}
-	// After the turn, the batches hold every event once, in order, the
-	// last batch ending with turn.finished (written at the turn's end).
 	var seqs []int64
-	var lastType string
-	for _, k := range keysWith(t, store, "agentkit/v1/deb/sessions/"+sessionID+"/events/") {
-		b, _ := store.Get(context.Background(), k)
+	for _, k := range keysWith(t, inner, p+"sessions/"+res.SessionID+"/events/") {
+		b, _ := inner.Get(ctx, k)
 		var batch struct{ Events []agent.Event }
-		if err := json.Unmarshal(b, &batch); err != nil {
-			t.Fatal(err)
-		}
+		json.Unmarshal(b, &batch)
 		for _, e := range batch.Events {
 			seqs = append(seqs, e.Seq)
-			lastType = e.Type
 		}
 	}
-	if fmt.Sprint(seqs) != "[1 2 3 4 5 6]" || lastType != agent.EventTurnFinished {
-		t.Errorf("mirrored events %v ending with %s", seqs, lastType)
+	if fmt.Sprint(seqs) != "[1 2 3 4 5 6]" {
+		t.Errorf("stored events %v; want both turns", seqs)
+	}
+	if _, err := inner.Get(ctx, p+"continuations/"+res.ContinuationToken); err != nil {
+		t.Errorf("token after the retry: %v", err)
+	}
+	if info := rt.Info(); info.MirrorBacklog != 0 || obs.lastBacklog() != 0 {
+		t.Errorf("backlog after the retry: info %d observer %v", info.MirrorBacklog, obs.backlog)
+	}
+
+	// A refused token write is logged with the token redacted.
+	c.failPutsOf("/continuations/")
+	res3 := start(t, rt, "third")
+	out := logs.String()
+	obs.mu.Lock()
+	dropped := strings.Join(obs.dropped, "\n")
+	obs.mu.Unlock()
+	if strings.Contains(out, res3.ContinuationToken) || strings.Contains(dropped, res3.ContinuationToken) {
+		t.Error("a continuation token reached the logs or the observer")
+	}
+	if !strings.Contains(out, "continuations/REDACTED") || !strings.Contains(dropped, "continuations/REDACTED") {
+		t.Errorf("logs lack the redacted token key:\n%s", out)
+	}
+	if rt.Info().MirrorBacklog != 1 {
+		t.Errorf("backlog %d with the token owed", rt.Info().MirrorBacklog)
+	}
+	c.failPutsOf("")
+	if _, err := rt.Continue(ctx, agent.ContinueRequest{Token: res3.ContinuationToken, Message: "four"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := inner.Get(ctx, p+"continuations/"+res3.ContinuationToken); err != nil || rt.Info().MirrorBacklog != 0 {
+		t.Errorf("token after the retry: %v, backlog %d", err, rt.Info().MirrorBacklog)
 	}
 }
 

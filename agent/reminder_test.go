@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -16,9 +17,10 @@ import (
 	"agentkit/agent"
 	"agentkit/internal/testenv"
 	"agentkit/kv"
-	_ "agentkit/kv/memkv"
+	"agentkit/kv/memkv"
 	_ "agentkit/kv/pgkv"
 	"agentkit/model"
+	"agentkit/storage"
 	"agentkit/tool"
 )
 
@@ -169,18 +171,46 @@ func TestReminderErrors(t *testing.T) {
 	if err := rt.DeleteReminder(ctx, "rem_0000"); !errors.Is(err, agent.ErrReminderNotFound) {
 		t.Errorf("unknown reminder: %v", err)
 	}
-	// A deleted reminder does not fire.
-	rem, err := rt.CreateReminder(ctx, agent.ReminderRequest{SessionID: res.SessionID, Delay: 200 * time.Millisecond, Message: "m"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := rt.DeleteReminder(ctx, rem.ID); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(300 * time.Millisecond)
-	if s, _ := rt.GetSession(ctx, res.SessionID); s.Turns != 1 {
-		t.Errorf("a deleted reminder fired: %+v", s)
-	}
+}
+
+// TestDeletedReminderNeverFires runs in fake time: an hour past the due
+// time of a deleted reminder, its session has had no reminder turn.
+func TestDeletedReminderNeverFires(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		var fired reminderTurns
+		rt, err := agent.Open(ctx, agent.Config{
+			Agent:     agent.Agent{Name: "del-rem", Model: echoModel(t), Hooks: agent.Hooks{AfterTurn: fired.hook}},
+			StateRoot: t.TempDir(), Store: memkv.New(), Logger: discard, Memory: agent.Memory{Off: true},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rt.Close()
+		res := start(t, rt, "x")
+		keep, err := rt.CreateReminder(ctx, agent.ReminderRequest{SessionID: res.SessionID, Delay: 2 * time.Minute, Message: "kept"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rem, err := rt.CreateReminder(ctx, agent.ReminderRequest{SessionID: res.SessionID, Delay: time.Minute, Message: "deleted"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := rt.DeleteReminder(ctx, rem.ID); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Hour)
+		synctest.Wait()
+		if n := fired.count(); n != 1 {
+			t.Errorf("%d reminder turns an hour later; want 1 (the kept reminder, %s)", n, keep.ID)
+		}
+		ev, _ := rt.LastEvents(ctx, res.SessionID, 10)
+		for _, e := range ev {
+			if e.Type == agent.EventTurnStarted && e.Message == "deleted" {
+				t.Error("the deleted reminder fired")
+			}
+		}
+	})
 }
 
 // fireOnce runs two runtimes on one store and checks that each of several
@@ -208,8 +238,20 @@ func fireOnce(t *testing.T, openStore func() *kv.DB) {
 		}
 	}
 	b := mk("host-b")
-	waitFor(t, 20*time.Second, "every reminder to fire", func() bool { return fired.count() >= n })
-	time.Sleep(500 * time.Millisecond) // room for a double fire to show
+	// Wait until every stored record is final: from then on no host can
+	// claim a reminder again, so no further turn can start (a claim must
+	// win a compare-and-set on a pending or expired record, and a record
+	// is final only after its turn ran).
+	recs := reminderRecords(t, openStore(), "pair")
+	waitFor(t, 30*time.Second, "every stored reminder to be final", func() bool {
+		final := 0
+		for r, err := range recs.List(ctx) {
+			if err == nil && r.State.Final() {
+				final++
+			}
+		}
+		return final == n
+	})
 	fired.mu.Lock()
 	defer fired.mu.Unlock()
 	if fired.all != n {
@@ -266,6 +308,20 @@ func TestTwoRuntimesFireEachReminderOncePostgres(t *testing.T) {
 		t.Cleanup(func() { db.Close() })
 		return db
 	})
+}
+
+// reminderRecords returns an agent's reminder records in a store.
+func reminderRecords(t *testing.T, db *kv.DB, agentName string) *storage.Reminders {
+	t.Helper()
+	b, err := storage.Define(storage.Config{Backend: db, Logger: discard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := b.Agent(agentName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a.Reminders()
 }
 
 func randHex() string {

@@ -20,11 +20,14 @@ type reminders struct {
 // newReminders opens the scheduler over the state root's reminders/ folder
 // and the store. start starts its loop.
 func newReminders(ctx context.Context, r *Runtime) (*reminders, error) {
+	host := r.cfg.Reminders.HostID
+	if host == "" {
+		host = r.hostID
+	}
 	s, err := reminder.Open(ctx, reminder.Options{
 		Dir:          r.root.Path(stateroot.RemindersDir),
-		Store:        r.store,
-		Agent:        r.agent.Name,
-		HostID:       r.cfg.Reminders.HostID,
+		Records:      r.agentStore.Reminders(),
+		HostID:       host,
 		Fire:         r.fireReminder,
 		Lease:        r.cfg.Reminders.Lease,
 		SyncInterval: r.cfg.Reminders.SyncInterval,
@@ -80,6 +83,10 @@ func (r *Runtime) fireReminder(ctx context.Context, rem reminder.Reminder) error
 		return err
 	}
 	_, err = r.runTurn(ctx, turnRequest{sessionID: rem.SessionID, message: rem.Message, source: SourceReminder})
+	if errors.Is(err, ErrSessionNotFound) {
+		r.logger(rem.SessionID).Warn("agent: a reminder's session was deleted; the reminder is dropped", "reminderId", rem.ID)
+		return nil
+	}
 	return err
 }
 

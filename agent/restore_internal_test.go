@@ -14,29 +14,40 @@ import (
 	"agentkit/kv"
 	"agentkit/kv/memkv"
 	"agentkit/model"
+	"agentkit/storage"
 )
 
-// seed writes n sessions straight into a store, in the runtime's own
-// record format, session i updated at base + i minutes. It returns the ids,
-// oldest first.
+// seed writes n sessions straight into a store through the record layer,
+// as a host would have committed them, session i updated at base + i
+// minutes. It returns the ids, oldest first.
 func seed(t *testing.T, db *kv.DB, agentName string, n int, base time.Time) []string {
 	t.Helper()
 	ctx := context.Background()
-	scope, _ := keys.Agent(agentName)
+	b, err := storage.Define(storage.Config{Backend: db, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	as, err := b.Agent(agentName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sessions := as.Sessions()
 	var ids []string
 	for i := range n {
 		id := fmt.Sprintf("s-%05d", i)
 		at := base.Add(time.Duration(i) * time.Minute)
 		ev, _ := json.Marshal(Event{SessionID: id, Seq: 1, Type: EventTurnStarted, At: at, Turn: 1, Message: "hi"})
-		batch, _ := json.Marshal(batchRecord{V: recordVersion, SessionID: id, Batch: 1, Events: []json.RawMessage{ev}})
-		meta, _ := json.Marshal(metaRecord{V: recordVersion, ID: id, ChannelID: "http", CreatedAt: at, UpdatedAt: at, Turns: 1, LastSeq: 1, Batches: 1, ContinuationToken: "tok-" + id})
-		bk, _ := scope.EventBatch(id, 1)
-		mk, _ := scope.SessionMeta(id)
-		ik, _ := scope.SessionIndex(at, id)
-		for k, v := range map[string][]byte{bk: batch, mk: meta, ik: meta} {
-			if err := db.Put(ctx, k, v); err != nil {
-				t.Fatal(err)
-			}
+		meta := storage.SessionMeta{ID: id, ChannelID: "http", CreatedAt: at, UpdatedAt: at, Turns: 1, LastSeq: 1, ContinuationToken: "tok-" + id}
+		res, err := sessions.Commit(ctx, storage.CommitRequest{Writer: "seed", Meta: meta, BatchID: storage.NewBatchID(), Events: []json.RawMessage{ev}})
+		if err != nil || res.Outcome != storage.Committed {
+			t.Fatalf("seeding %s: %+v %v", id, res, err)
+		}
+		meta.Batches = res.Batch.Number
+		if err := sessions.PutMeta(ctx, meta); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := sessions.PutIndex(ctx, meta); err != nil {
+			t.Fatal(err)
 		}
 		ids = append(ids, id)
 	}
@@ -102,7 +113,7 @@ func TestRestoreCostFollowsTheCapsNotTheStore(t *testing.T) {
 			if len(page.Sessions) != c.want || page.Sessions[0].ID != ids[total-1] || page.Sessions[c.want-1].ID != ids[total-c.want] {
 				t.Fatalf("restored %d sessions", len(page.Sessions))
 			}
-			// Per restored session: its index entry, a Get of its metadata
+			// Per restored session: its index entry, a Get of its head
 			// and one of its batch; plus the index listing, one entry
 			// read past the cap, and the reminders' hydration listing.
 			ops, listed := cnt.ops.Load(), cnt.listed.Load()

@@ -139,8 +139,8 @@ func TestRestoreMaxTotalBytes(t *testing.T) {
 	store := sharedStore(t)
 	ids := newestFirst(seedSessions(t, store, minutes(5)))
 	ctx := context.Background()
-	// The bytes restore reads per session: its index entry, its metadata
-	// and its event batch (docs/runtime.md).
+	// The bytes restore reads per session: its index entry, its head and
+	// its event batch (docs/runtime.md).
 	size := func(id string) int64 {
 		var n int64
 		for e, err := range store.List(ctx, "agentkit/v1/restore/") {
@@ -148,7 +148,7 @@ func TestRestoreMaxTotalBytes(t *testing.T) {
 				t.Fatal(err)
 			}
 			isIndex := strings.HasPrefix(e.Key, "agentkit/v1/restore/session-index/") && strings.HasSuffix(e.Key, "/"+id)
-			if isIndex || e.Key == "agentkit/v1/restore/sessions/"+id+"/meta" || e.Key == "agentkit/v1/restore/sessions/"+id+"/events/00000000000000000001" {
+			if isIndex || e.Key == "agentkit/v1/restore/sessions/"+id+"/head" || e.Key == "agentkit/v1/restore/sessions/"+id+"/events/00000000000000000001" {
 				n += int64(len(e.Value))
 			}
 		}
@@ -206,9 +206,10 @@ func TestRestoreOffLoadsOnDemand(t *testing.T) {
 	}
 }
 
-// TestLocalDiskWins: a session present locally is not replaced by the
-// store's copy, even a newer one.
-func TestLocalDiskWins(t *testing.T) {
+// TestAnOlderCopyCatchesUpAtRestart: a host whose local copy is older
+// than the store's (another host continued the session meanwhile) takes
+// the newer turns at start-up, reading only the batches it lacks.
+func TestAnOlderCopyCatchesUpAtRestart(t *testing.T) {
 	store := sharedStore(t)
 	ctx := context.Background()
 	root := t.TempDir()
@@ -220,20 +221,46 @@ func TestLocalDiskWins(t *testing.T) {
 	if _, err := b.Continue(ctx, agent.ContinueRequest{Token: res.ContinuationToken, Message: "two"}); err != nil {
 		t.Fatal(err)
 	}
-	a = openAt(t, root, store, agent.Policy{}, nil)
+	c := newCounting(store)
+	a = openAt(t, root, c.funcs(), agent.Policy{}, nil)
 	defer a.Close()
 	s, err := a.GetSession(ctx, res.SessionID)
-	if err != nil || s.Turns != 1 {
-		t.Errorf("local copy %+v %v; want the local 1-turn copy", s, err)
+	if err != nil || s.Turns != 2 || s.LastSeq != 6 {
+		t.Errorf("after the restart: %+v %v; want the store's 2 turns", s, err)
+	}
+	for _, k := range c.gotKeys() {
+		if strings.HasSuffix(k, "/events/00000000000000000001") {
+			t.Errorf("the catch-up read batch 1, which the local copy has")
+		}
+	}
+	ev, _ := a.LastEvents(ctx, res.SessionID, 1)
+	if len(ev) != 1 || ev[0].Result != "echo: two" {
+		t.Errorf("last event %+v", ev)
 	}
 }
 
 func TestRestoreSkipsDeletedAndSurvivesStoreErrors(t *testing.T) {
+	ctx := context.Background()
 	store := sharedStore(t)
 	ids := seedSessions(t, store, minutes(3))
-	// Delete one session's metadata behind the runtime's back: its index
-	// entry is stale.
-	if err := store.Delete(context.Background(), "agentkit/v1/restore/sessions/"+ids[2]+"/meta"); err != nil {
+	// Delete one session on another host, and put back its index entry
+	// as a host that missed the delete would: a stale entry of a deleted
+	// session.
+	var staleKey string
+	var stale []byte
+	for e, err := range store.List(ctx, "agentkit/v1/restore/session-index/") {
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.HasSuffix(e.Key, "/"+ids[2]) {
+			staleKey, stale = e.Key, e.Value
+		}
+	}
+	other := open(t, agent.Config{Agent: agent.Agent{Name: "restore"}, Store: store, Policy: agent.Policy{Restore: agent.RestorePolicy{Off: true}}})
+	if err := other.DeleteSession(ctx, ids[2]); err != nil {
+		t.Fatal(err)
+	}
+	if err := store.Put(ctx, staleKey, stale); err != nil {
 		t.Fatal(err)
 	}
 	rt := openAt(t, t.TempDir(), store, agent.Policy{}, func() time.Time { return epoch.Add(time.Hour) })
@@ -241,6 +268,9 @@ func TestRestoreSkipsDeletedAndSurvivesStoreErrors(t *testing.T) {
 		t.Errorf("restored %q, want %q", got, want)
 	}
 	rt.Close()
+	if _, err := store.Get(ctx, staleKey); !errors.Is(err, kv.ErrNotFound) {
+		t.Errorf("the stale index entry of the deleted session is still there: %v", err)
+	}
 
 	c := newCounting(store)
 	c.failGet.Store(true)
@@ -249,7 +279,7 @@ func TestRestoreSkipsDeletedAndSurvivesStoreErrors(t *testing.T) {
 	if got := localIDs(t, rt); len(got) != 0 {
 		t.Errorf("restored %q from a failing store", got)
 	}
-	if _, err := rt.GetSession(context.Background(), ids[0]); !errors.Is(err, agent.ErrStoreUnavailable) {
+	if _, err := rt.GetSession(ctx, ids[0]); !errors.Is(err, agent.ErrStoreUnavailable) {
 		t.Errorf("GetSession with a failing store: %v", err)
 	}
 }

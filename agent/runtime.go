@@ -14,7 +14,6 @@ import (
 	"agentkit/abtest"
 	"agentkit/agent/sessiondb"
 	"agentkit/agent/stateroot"
-	"agentkit/keys"
 	"agentkit/kv"
 	_ "agentkit/kv/sqlitekv" // the default store
 	"agentkit/memory"
@@ -24,9 +23,6 @@ import (
 	"agentkit/workspace"
 )
 
-// mirrorTimeout bounds the mirror writes of one flush.
-const mirrorTimeout = 30 * time.Second
-
 // Runtime runs one agent on one state root. It is safe for concurrent use;
 // turns of one session run one at a time, turns of different sessions in
 // parallel.
@@ -34,20 +30,24 @@ type Runtime struct {
 	cfg      Config
 	agent    Agent
 	maxSteps int
-	scope    keys.Scope
 	root     *stateroot.Root
 	db       *sessiondb.DB
-	store    *kv.DB // the timed store every operation goes through
-	binding  *storage.Binding
-	ownStore *kv.DB // the default store, closed by Close
+	binding  *storage.Binding // the store, observed once (kv.DB.WithObserver)
+	ownStore *kv.DB           // the default store, closed by Close
 	caps     kv.Capabilities
-	policy   Policy
-	log      *slog.Logger
-	obs      Observer
-	now      func() time.Time
-	mem      *memory.Hook
-	hostKV   tool.HostKV
-	files    *os.Root
+	// agentStore is the agent's records in the store.
+	agentStore *storage.AgentStore
+	// mirror keeps sessions in the store.
+	mirror sessionMirror
+	// hostID names this host in what it writes to the store.
+	hostID string
+	policy Policy
+	log    *slog.Logger
+	obs    Observer
+	now    func() time.Time
+	mem    *memory.Hook
+	hostKV tool.HostKV
+	files  *os.Root
 
 	tools     []tool.Tool
 	toolIndex map[string]*tool.Tool
@@ -60,13 +60,12 @@ type Runtime struct {
 	sessions map[string]*sessionState
 	subs     map[string]map[*subscriber]struct{}
 
-	dropped atomic.Int64
-	closed  atomic.Bool
-	opMu    sync.Mutex     // orders enter against Close setting closed
-	ops     sync.WaitGroup // running operations (turns, flushes, reminder fires)
-	bg      context.Context
-	stopBg  context.CancelFunc
-	bgWG    sync.WaitGroup
+	closed atomic.Bool
+	opMu   sync.Mutex     // orders enter against Close setting closed
+	ops    sync.WaitGroup // running operations (turns, flushes, reminder fires)
+	bg     context.Context
+	stopBg context.CancelFunc
+	bgWG   sync.WaitGroup
 }
 
 // sessionState is the in-process state of one session: a lock serializing
@@ -76,6 +75,10 @@ type sessionState struct {
 	mirror sync.Mutex    // serializes flushes
 	timer  *time.Timer   // the debounce flush, or nil
 	refs   int
+	// known is the session head as this host last read or wrote it, so
+	// the next commit need not read it again (nil: read it). Guarded by
+	// mirror.
+	known *storage.KnownHead
 }
 
 // Open starts a runtime: it prepares and locks the state root, opens the
@@ -124,7 +127,6 @@ func Open(ctx context.Context, cfg Config) (*Runtime, error) {
 	if r.now == nil {
 		r.now = time.Now
 	}
-	r.scope, _ = keys.Agent(cfg.Agent.Name) // checked by checkAgent
 
 	ok := false
 	defer func() {
@@ -163,10 +165,10 @@ func Open(ctx context.Context, cfg Config) (*Runtime, error) {
 		return nil, err
 	}
 	r.bg, r.stopBg = context.WithCancel(context.WithoutCancel(ctx))
-	if err := r.flushUnmirrored(ctx); err != nil {
+	if err := r.mirror.flushBacklog(ctx); err != nil {
 		return nil, err
 	}
-	if err := r.restore(ctx); err != nil {
+	if err := r.mirror.restore(ctx); err != nil {
 		return nil, err
 	}
 	if r.reminders, err = newReminders(ctx, r); err != nil {
@@ -176,6 +178,7 @@ func Open(ctx context.Context, cfg Config) (*Runtime, error) {
 		return nil, err
 	}
 	r.reminders.start(r)
+	r.mirror.start(r.bg)
 	ok = true
 	return r, nil
 }
@@ -193,53 +196,6 @@ func checkAgent(a *Agent) error {
 	if err := workspace.ValidateFiles(a.WorkspaceSeed); err != nil {
 		return fmt.Errorf("agent: Agent.WorkspaceSeed: %w", err)
 	}
-	return nil
-}
-
-// openStore opens the default store when none is configured, wraps the
-// store in the timing decorator and binds it.
-func (r *Runtime) openStore(ctx context.Context) error {
-	backend := r.cfg.Store
-	name := r.cfg.StoreName
-	if backend == nil {
-		db, err := kv.Open(ctx, stateroot.DefaultStoreURL(r.root.Dir()))
-		if err != nil {
-			return fmt.Errorf("agent: opening the default store: %w", err)
-		}
-		r.ownStore = db
-		backend = db
-		if name == "" {
-			name = "sqlite (default)"
-		}
-	}
-	// Check the backend and the policy as given, so that errors name what
-	// the caller wrote; the binding proper is made over the timed store.
-	quiet := slog.New(slog.DiscardHandler)
-	if _, err := storage.Define(storage.Config{Backend: backend, Name: name, Policy: r.cfg.Policy, Logger: quiet, Evals: r.cfg.Evals, ABs: r.cfg.ABs}); err != nil {
-		return fmt.Errorf("agent: Config.Store: %w", err)
-	}
-	if name == "" {
-		name = "custom"
-		if d, ok := backend.(*kv.DB); ok {
-			name = d.Name()
-		}
-	}
-	db, err := kv.New(name, backend)
-	if err != nil {
-		return fmt.Errorf("agent: Config.Store: %w", err)
-	}
-	r.store = timed(db, r.obs)
-	r.binding, err = storage.Define(storage.Config{Backend: r.store, Name: name, Policy: r.cfg.Policy, Logger: r.log, Evals: r.cfg.Evals, ABs: r.cfg.ABs})
-	if err != nil {
-		return fmt.Errorf("agent: %w", err)
-	}
-	r.caps = r.binding.Capabilities()
-	r.policy = r.binding.Policy()
-	as, err := r.binding.Agent(r.agent.Name)
-	if err != nil {
-		return fmt.Errorf("agent: %w", err)
-	}
-	r.hostKV = newHostKV(as)
 	return nil
 }
 
@@ -271,6 +227,7 @@ func (r *Runtime) buildTools() error {
 
 // Info describes the running agent.
 func (r *Runtime) Info() Info {
+	failed, backlog, forks := r.mirror.stats()
 	return Info{
 		Agent:         r.agent.Name,
 		Model:         r.agent.Model.Name(),
@@ -281,14 +238,18 @@ func (r *Runtime) Info() Info {
 		DefaultStore:  r.ownStore != nil,
 		Memory:        r.mem.Enabled(),
 		JournalPath:   r.mem.JournalPath(),
-		MirrorDropped: r.dropped.Load(),
+		MirrorDropped: failed,
+		MirrorBacklog: backlog,
+		MirrorForks:   forks,
+		HostID:        r.hostID,
 	}
 }
 
-// Store returns the store the runtime writes to, wrapped so that every
-// operation reaches the Observer. Programs use it for their own keys; the
-// ledger and other components take it as their raw store.
-func (r *Runtime) Store() *kv.DB { return r.store }
+// Store returns the store the runtime writes to, observed so that every
+// operation reaches the Observer (once). Programs use it for their own
+// keys; its Backend method returns the driver value, for driver methods
+// such as pgkv's Drop.
+func (r *Runtime) Store() *kv.DB { return r.binding.DB() }
 
 // Binding returns the storage binding (eval and A/B tables, capability
 // report).
@@ -300,9 +261,11 @@ func (r *Runtime) HostKV() tool.HostKV { return r.hostKV }
 // StateRoot returns the state root's absolute path.
 func (r *Runtime) StateRoot() string { return r.root.Dir() }
 
-// Close stops the reminder loop, waits for running turns to finish, flushes
-// the mirror, and releases the state root, the session database and the
-// default store. Calls after the first return nil.
+// Close stops the reminder loop and the mirror's background retry, waits
+// for running turns to finish (each commits its events to the store as it
+// ends; what the store refused is committed at the next Open), and
+// releases the state root, the session database and the default store.
+// Calls after the first return nil.
 func (r *Runtime) Close() error {
 	r.opMu.Lock()
 	if r.closed.Swap(true) {

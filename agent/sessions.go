@@ -239,14 +239,19 @@ func (r *Runtime) Continue(ctx context.Context, req ContinueRequest) (TurnResult
 		return TurnResult{}, err
 	}
 	defer exit()
-	id, err := r.resolveToken(ctx, req.Token)
+	id, err := r.mirror.resolve(ctx, req.Token)
 	if err != nil {
 		return TurnResult{}, err
 	}
-	return r.runTurn(ctx, turnRequest{
+	res, err := r.runTurn(ctx, turnRequest{
 		sessionID: id, message: req.Message, files: req.WorkspaceFiles,
 		source: SourceAPI, onEvent: req.OnEvent,
 	})
+	if errors.Is(err, ErrSessionNotFound) {
+		// Deleted (here or on another host) since the token was issued.
+		return TurnResult{}, fmt.Errorf("%w: %w", ErrUnknownToken, err)
+	}
+	return res, err
 }
 
 // GetSession returns a session's metadata. A session not on local disk is
@@ -278,7 +283,7 @@ func (r *Runtime) localOrStore(ctx context.Context, id string) (sessiondb.Meta, 
 	if !errors.Is(err, sessiondb.ErrNotFound) {
 		return m, err
 	}
-	if err := r.loadFromStore(ctx, id); err != nil {
+	if err := r.mirror.load(ctx, id); err != nil {
 		return m, err
 	}
 	return r.db.Get(ctx, id)
@@ -429,12 +434,14 @@ func decodeEvent(rec sessiondb.Record) (Event, error) {
 	return ev, nil
 }
 
-// DeleteSession removes a session here (its events, token, workspace and
-// reminders) and in the store (metadata, event batches, token, index
-// entry). It waits for a running turn of the session to end. A session
-// that is nowhere is ErrSessionNotFound; a store failure is
-// ErrStoreUnavailable and leaves the local copy in place, so the delete
-// can be retried.
+// DeleteSession deletes a session for every host: in the store its head
+// becomes a tombstone (so no host's later write, restore or token lookup
+// brings it back) and its batches, metadata, token and index entries are
+// removed; here its events, token, forked events, reminders and workspace
+// are removed. It waits for a running turn of the session to end. A
+// session that is nowhere is ErrSessionNotFound; a store failure is
+// ErrStoreUnavailable and leaves the local copy in place, so the delete can
+// be retried.
 func (r *Runtime) DeleteSession(ctx context.Context, id string) error {
 	exit, err := r.enter()
 	if err != nil {
@@ -464,9 +471,16 @@ func (r *Runtime) DeleteSession(ctx context.Context, id string) error {
 		}
 		return err
 	}
-	if err := r.deleteFromStore(ctx, m); err != nil {
+	if err := r.mirror.deleteSession(ctx, m); err != nil {
 		return err
 	}
+	return r.removeLocal(ctx, id)
+}
+
+// removeLocal removes a session from this host: its reminders, its rows in
+// the local database (events, token, mirror state, forks), its workspace
+// and its subscriptions.
+func (r *Runtime) removeLocal(ctx context.Context, id string) error {
 	if r.reminders != nil {
 		if err := r.reminders.deleteSession(ctx, id); err != nil {
 			return err
@@ -485,6 +499,31 @@ func (r *Runtime) DeleteSession(ctx context.Context, id string) error {
 // lockSession waits until no turn of the session runs, then holds it. It
 // returns ErrBusy (with ctx's error) if ctx ends first.
 func (r *Runtime) lockSession(ctx context.Context, id string) (*sessionState, func(), error) {
+	st, unref := r.refSession(id)
+	select {
+	case st.lock <- struct{}{}:
+		return st, func() { <-st.lock; unref() }, nil
+	case <-ctx.Done():
+		unref()
+		return nil, nil, fmt.Errorf("%w: another turn of session %s is running: %w", ErrBusy, id, ctx.Err())
+	}
+}
+
+// tryLockSession holds the session if no turn of it runs, without waiting.
+func (r *Runtime) tryLockSession(id string) (*sessionState, func(), bool) {
+	st, unref := r.refSession(id)
+	select {
+	case st.lock <- struct{}{}:
+		return st, func() { <-st.lock; unref() }, true
+	default:
+		unref()
+		return nil, nil, false
+	}
+}
+
+// refSession returns the session's in-process state, counting a user, and
+// the function that ends the use.
+func (r *Runtime) refSession(id string) (*sessionState, func()) {
 	r.mu.Lock()
 	st := r.sessions[id]
 	if st == nil {
@@ -493,19 +532,12 @@ func (r *Runtime) lockSession(ctx context.Context, id string) (*sessionState, fu
 	}
 	st.refs++
 	r.mu.Unlock()
-	unref := func() {
+	return st, func() {
 		r.mu.Lock()
 		st.refs--
 		if st.refs == 0 && st.timer == nil {
 			delete(r.sessions, id)
 		}
 		r.mu.Unlock()
-	}
-	select {
-	case st.lock <- struct{}{}:
-		return st, func() { <-st.lock; unref() }, nil
-	case <-ctx.Done():
-		unref()
-		return nil, nil, fmt.Errorf("%w: another turn of session %s is running: %w", ErrBusy, id, ctx.Err())
 	}
 }

@@ -40,8 +40,9 @@ type turn struct {
 }
 
 // runTurn runs one turn of a session: it waits for the session's previous
-// turn, records turn.started, runs the model/tool loop, records
-// turn.finished, flushes the mirror and runs the AfterTurn hooks.
+// turn, brings the local copy up to the store's (the mirror's beforeTurn),
+// records turn.started, runs the model/tool loop, records turn.finished,
+// flushes the mirror and runs the AfterTurn hooks.
 func (r *Runtime) runTurn(ctx context.Context, req turnRequest) (TurnResult, error) {
 	st, release, err := r.lockSession(ctx, req.sessionID)
 	if err != nil {
@@ -49,6 +50,9 @@ func (r *Runtime) runTurn(ctx context.Context, req turnRequest) (TurnResult, err
 	}
 	defer release()
 	wctx := context.WithoutCancel(ctx)
+	if err := r.mirror.beforeTurn(wctx, st, req.sessionID); err != nil && !errors.Is(err, sessiondb.ErrNotFound) {
+		return TurnResult{}, err
+	}
 	m, err := r.db.Get(wctx, req.sessionID)
 	if errors.Is(err, sessiondb.ErrNotFound) {
 		return TurnResult{}, fmt.Errorf("%w: %s (deleted while the turn waited)", ErrSessionNotFound, req.sessionID)
@@ -125,7 +129,7 @@ func (r *Runtime) runTurn(ctx context.Context, req turnRequest) (TurnResult, err
 	if err := t.record(Event{Type: EventTurnFinished, Status: status, Result: result, Usage: &u, DurationMS: dur.Milliseconds()}); err != nil {
 		return TurnResult{}, err
 	}
-	r.flushNow(wctx, st, m.ID)
+	r.mirror.afterTurn(wctx, st, m.ID)
 	r.afterTurn(wctx, TurnInfo{
 		AgentName: r.agent.Name, StateRoot: r.root.Dir(),
 		SessionID: m.ID, ChannelID: m.ChannelID, Title: m.Title,
@@ -245,7 +249,7 @@ func (t *turn) runTool(ctx context.Context, env *tool.Env, name string, args jso
 
 // record stores one event of the turn on local disk, with the session's
 // new state, then publishes it to subscribers and the turn's OnEvent, and
-// arms the debounce timer.
+// tells the mirror (the debounce timer).
 func (t *turn) record(ev Event) error {
 	r := t.r
 	ev.SessionID = t.meta.ID
@@ -267,7 +271,7 @@ func (t *turn) record(ev Event) error {
 	if t.onEvent != nil {
 		t.onEvent(ev)
 	}
-	r.armDebounce(t.st, t.meta.ID)
+	r.mirror.recorded(t.st, t.meta.ID)
 	return nil
 }
 

@@ -250,6 +250,38 @@ func TestMemoryOff(t *testing.T) {
 	}
 }
 
+// TestMemoryOffKeepsEarlierRecords: turning memory off stops new journal
+// records and leaves the ones already written.
+func TestMemoryOffKeepsEarlierRecords(t *testing.T) {
+	root := t.TempDir()
+	store := memkv.New()
+	journal := filepath.Join(root, "memory", "journal.jsonl")
+	on := open(t, agent.Config{StateRoot: root, Store: store})
+	start(t, on, "remember this")
+	if err := on.Close(); err != nil {
+		t.Fatal(err)
+	}
+	before, err := os.ReadFile(journal)
+	if err != nil || !strings.Contains(string(before), "remember this") {
+		t.Fatalf("journal with memory on: %q %v", before, err)
+	}
+	off := open(t, agent.Config{StateRoot: root, Store: store, Memory: agent.Memory{Off: true}})
+	start(t, off, "forget this")
+	if err := off.Close(); err != nil {
+		t.Fatal(err)
+	}
+	after, err := os.ReadFile(journal)
+	if err != nil || string(after) != string(before) {
+		t.Errorf("journal after a turn with memory off: %q %v; want the earlier records, unchanged", after, err)
+	}
+	entries, _ := os.ReadDir(filepath.Join(root, "memory"))
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), "journal") && e.Name() != "journal.jsonl" {
+			t.Errorf("memory off rotated or copied the journal: %s", e.Name())
+		}
+	}
+}
+
 func TestSubscribe(t *testing.T) {
 	rt := open(t, agent.Config{Agent: agent.Agent{Model: echoModel(t, model.EchoStep{Tool: "list_files"}, model.EchoStep{Text: "done"})}})
 	res := start(t, rt, "first")

@@ -184,6 +184,18 @@ type Info struct {
 	Memory       bool `json:"memory"`
 	// JournalPath is the memory journal's path, empty with memory off.
 	JournalPath string `json:"journalPath,omitempty"`
-	// MirrorDropped counts mirror writes the store refused since Open.
+	// MirrorDropped counts mirror writes the store refused since Open (the
+	// name is older than the retries): each was kept and retried.
 	MirrorDropped int64 `json:"mirrorDropped"`
+	// MirrorBacklog is the number of sessions whose mirror writes wait to
+	// be retried.
+	MirrorBacklog int `json:"mirrorBacklog"`
+	// MirrorForks counts the turns of this host that lost the session
+	// head to another host since Open; their events are kept here as
+	// forks.
+	MirrorForks int64 `json:"mirrorForks"`
+	// HostID names this host in the session heads and reminder claims it
+	// writes (the state root's HOST_ID). It is not served over HTTP: it
+	// holds the host name.
+	HostID string `json:"-"`
 }

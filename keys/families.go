@@ -22,7 +22,9 @@ const (
 	sessionsDir      = "sessions/"
 	sessionIndexDir  = "session-index/"
 	metaName         = "meta"
+	headName         = "head"
 	eventsDir        = "events/"
+	partsDir         = "parts/"
 	continuationsDir = "continuations/"
 	remindersDir     = "reminders/"
 	evalRunsDir      = "eval-runs/"
@@ -171,6 +173,15 @@ func (s Scope) SessionMeta(sessionID string) (string, error) {
 	return s.join(sessionsDir, "/"+metaName, part("session id", sessionID))
 }
 
+// SessionHead returns "agentkit/v1/{agent}/sessions/{sessionId}/head": the
+// session head, one small versioned record naming the session's last event
+// batch and the host that wrote it, or saying the session was deleted.
+// Writers change it with compare-and-set, so a host with an older copy
+// cannot overwrite newer batches (package storage).
+func (s Scope) SessionHead(sessionID string) (string, error) {
+	return s.join(sessionsDir, "/"+headName, part("session id", sessionID))
+}
+
 // EventsPrefix returns "agentkit/v1/{agent}/sessions/{sessionId}/events/":
 // every event batch of one session, listed in batch order.
 func (s Scope) EventsPrefix(sessionID string) (string, error) {
@@ -182,6 +193,35 @@ func (s Scope) EventsPrefix(sessionID string) (string, error) {
 // number zero-padded to SeqDigits digits.
 func (s Scope) EventBatch(sessionID string, batch uint64) (string, error) {
 	return s.join(sessionsDir, "/"+eventsDir+Seq(batch), part("session id", sessionID))
+}
+
+// BatchPartsPrefix returns
+// "agentkit/v1/{agent}/sessions/{sessionId}/parts/{batchId}/": the pieces
+// of one event batch too large for one value. batchID is the batch's own
+// random id (the runtime's are 32 hex digits), not its number, so two
+// hosts racing for one batch number never write the same part keys.
+func (s Scope) BatchPartsPrefix(sessionID, batchID string) (string, error) {
+	sp, err := s.SessionPrefix(sessionID)
+	if err != nil {
+		return "", err
+	}
+	b, err := seg("batch id", batchID)
+	if err != nil {
+		return "", err
+	}
+	return sp + partsDir + b + "/", nil
+}
+
+// BatchPart returns
+// "agentkit/v1/{agent}/sessions/{sessionId}/parts/{batchId}/{part}", the
+// part number (from 1) zero-padded to SeqDigits digits. Its value is raw
+// bytes, a slice of the batch's events, not JSON.
+func (s Scope) BatchPart(sessionID, batchID string, n uint64) (string, error) {
+	p, err := s.BatchPartsPrefix(sessionID, batchID)
+	if err != nil {
+		return "", err
+	}
+	return p + Seq(n), nil
 }
 
 // SessionIndexPrefix returns "agentkit/v1/{agent}/session-index/": the
@@ -317,9 +357,9 @@ func (s Scope) AuthorKV(key string) (string, error) {
 	return s.join(authorKVDir, "", part("host KV key", key))
 }
 
-// LedgerPrefix returns "agentkit/v1/{agent}/durable-session/", the root of
-// the durable-session ledger (05-ledger.md). The ledger lays out the keys
-// below it.
+// LedgerPrefix returns "agentkit/v1/{agent}/durable-session/", the family
+// reserved for the durable-session ledger of the design (05-ledger.md),
+// which lays out the keys below it. This build writes none.
 func (s Scope) LedgerPrefix() string { return s.base() + ledgerDir }
 
 // LedgerSession returns

@@ -22,6 +22,9 @@ const (
 	FamilyAuthorKV                   // kv/{key}
 	FamilyLedger                     // durable-session/…
 	FamilyActor                      // actors/{actorId}/… (legacy layout)
+	FamilySessionHead                // sessions/{sessionId}/head
+	FamilyBatchPart                  // sessions/{sessionId}/parts/{batchId}/{part}
+	FamilySessionIndex               // session-index/{inv}/{sessionId}
 )
 
 var familyNames = [...]string{
@@ -36,6 +39,9 @@ var familyNames = [...]string{
 	FamilyAuthorKV:     "author KV",
 	FamilyLedger:       "durable-session ledger",
 	FamilyActor:        "actor (legacy layout)",
+	FamilySessionHead:  "session head",
+	FamilyBatchPart:    "session event batch part",
+	FamilySessionIndex: "session index",
 }
 
 // String returns the family's name as 02-keys.md writes it.
@@ -54,17 +60,19 @@ type Key struct {
 	Family Family
 	// Agent is the encoded agent name.
 	Agent string
-	// Session is the encoded session id of a session metadata key, an
-	// event batch or an A/B sample.
+	// Session is the encoded session id of a session metadata key, a
+	// session head, an event batch or part, a session-index entry or an
+	// A/B sample.
 	Session string
 	// ID is the encoded continuation token, reminder id, eval run id,
-	// author key or actor id.
+	// author key, actor id, or the batch id of an event batch part.
 	ID string
 	// Experiment is the encoded experiment name of an A/B sample.
 	Experiment string
-	// At is the time of an A/B sample.
+	// At is the time of an A/B sample, or the update time of a
+	// session-index entry.
 	At time.Time
-	// Batch is the number of an event batch.
+	// Batch is the number of an event batch, or of an event batch part.
 	Batch uint64
 	// Rest is what follows "durable-session/" in a ledger key, or
 	// "actors/{actorId}/" in a legacy actor key.
@@ -103,6 +111,20 @@ func Parse(key string) (Key, error) {
 	switch dir, n := parts[0]+"/", len(parts); {
 	case dir == sessionsDir && n == 3 && parts[2] == metaName && segs(1):
 		k.Family, k.Session = FamilySessionMeta, parts[1]
+	case dir == sessionsDir && n == 3 && parts[2] == headName && segs(1):
+		k.Family, k.Session = FamilySessionHead, parts[1]
+	case dir == sessionsDir && n == 5 && parts[2]+"/" == partsDir && segs(1, 3):
+		p, err := ParseSeq(parts[4])
+		if err != nil {
+			return bad("has a bad part number")
+		}
+		k.Family, k.Session, k.ID, k.Batch = FamilyBatchPart, parts[1], parts[3], p
+	case dir == sessionIndexDir && n == 3 && segs(2):
+		at, seg, ok := ParseSessionIndex(Root+agent+"/"+sessionIndexDir, key)
+		if !ok {
+			return bad("has a bad session-index time")
+		}
+		k.Family, k.Session, k.At = FamilySessionIndex, seg, at
 	case dir == sessionsDir && n == 4 && parts[2]+"/" == eventsDir && segs(1):
 		b, err := ParseSeq(parts[3])
 		if err != nil {

@@ -18,8 +18,7 @@
 //	prefix, err := k.EventsPrefix(sessionID)
 //
 // and turns listed keys back into their parts with [Parse] and [Unsegment].
-// Users of the library never build keys: host KV and the ledger add their
-// prefixes themselves.
+// Users of the library never build keys: host KV adds its prefix itself.
 package keys
 
 import (

@@ -7,6 +7,7 @@ import (
 	"iter"
 	"strings"
 	"sync/atomic"
+	"time"
 	"unicode/utf8"
 )
 
@@ -65,15 +66,17 @@ func (e *Error) Unwrap() error { return e.Err }
 // missing capability is an error matching errors.ErrUnsupported. A DB is safe
 // for concurrent use when its backend is, which every registered driver is.
 type DB struct {
-	name   string
-	caps   Capabilities
-	raw    any
-	put    Putter
-	get    Getter
-	del    Deleter
-	list   Lister
-	cas    CAS
-	closed atomic.Bool
+	name string
+	caps Capabilities
+	raw  any
+	put  Putter
+	get  Getter
+	del  Deleter
+	list Lister
+	cas  CAS
+	// closed is shared by the handles WithObserver makes.
+	closed *atomic.Bool
+	obs    []Observer
 }
 
 var (
@@ -101,7 +104,7 @@ func New(name string, backend any) (*DB, error) {
 	if err := caps.Validate(); err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
-	d := &DB{name: name, caps: caps, raw: backend}
+	d := &DB{name: name, caps: caps, raw: backend, closed: new(atomic.Bool)}
 	switch f := backend.(type) {
 	case Funcs:
 		backend = funcsBackend{f}
@@ -188,7 +191,10 @@ func (d *DB) pre(ctx context.Context, op, key string, present bool, method strin
 }
 
 // Put creates or overwrites key with value, giving it a new version.
-func (d *DB) Put(ctx context.Context, key string, value []byte) error {
+func (d *DB) Put(ctx context.Context, key string, value []byte) (err error) {
+	if d.obs != nil {
+		defer d.observe(ctx, OpPut, key, time.Now(), &err)
+	}
 	if err := d.pre(ctx, "put", key, true, "Put"); err != nil {
 		return err
 	}
@@ -200,7 +206,10 @@ func (d *DB) Put(ctx context.Context, key string, value []byte) error {
 
 // Get returns the value of key, or an error matching ErrNotFound when the key
 // does not exist. A stored empty value is returned as a non-nil empty slice.
-func (d *DB) Get(ctx context.Context, key string) ([]byte, error) {
+func (d *DB) Get(ctx context.Context, key string) (_ []byte, err error) {
+	if d.obs != nil {
+		defer d.observe(ctx, OpGet, key, time.Now(), &err)
+	}
 	if err := d.pre(ctx, "get", key, d.get != nil, "Get"); err != nil {
 		return nil, err
 	}
@@ -215,7 +224,10 @@ func (d *DB) Get(ctx context.Context, key string) ([]byte, error) {
 }
 
 // Delete removes key. Deleting a missing key succeeds.
-func (d *DB) Delete(ctx context.Context, key string) error {
+func (d *DB) Delete(ctx context.Context, key string) (err error) {
+	if d.obs != nil {
+		defer d.observe(ctx, OpDelete, key, time.Now(), &err)
+	}
 	if err := d.pre(ctx, "delete", key, d.del != nil, "Delete"); err != nil {
 		return err
 	}
@@ -226,7 +238,12 @@ func (d *DB) Delete(ctx context.Context, key string) error {
 // key order, each once. An error ends the sequence.
 func (d *DB) List(ctx context.Context, prefix string) iter.Seq2[Entry, error] {
 	return func(yield func(Entry, error) bool) {
+		var failed error
+		if d.obs != nil {
+			defer d.observe(ctx, OpList, prefix, time.Now(), &failed)
+		}
 		if err := d.pre(ctx, "list", prefix, d.list != nil, "List"); err != nil {
+			failed = err
 			yield(Entry{}, err)
 			return
 		}
@@ -239,7 +256,8 @@ func (d *DB) List(ctx context.Context, prefix string) iter.Seq2[Entry, error] {
 				err = ctx.Err()
 			}
 			if err != nil {
-				yield(Entry{}, d.wrap(ctx, "list", prefix, err))
+				failed = d.wrap(ctx, "list", prefix, err)
+				yield(Entry{}, failed)
 				return
 			}
 			if e.Value == nil {
@@ -253,7 +271,10 @@ func (d *DB) List(ctx context.Context, prefix string) iter.Seq2[Entry, error] {
 }
 
 // GetWithVersion returns the value of key and its current version.
-func (d *DB) GetWithVersion(ctx context.Context, key string) ([]byte, Version, error) {
+func (d *DB) GetWithVersion(ctx context.Context, key string) (_ []byte, _ Version, err error) {
+	if d.obs != nil {
+		defer d.observe(ctx, OpGetWithVersion, key, time.Now(), &err)
+	}
 	if err := d.pre(ctx, "get with version", key, d.cas != nil, "GetWithVersion"); err != nil {
 		return nil, "", err
 	}
@@ -272,7 +293,10 @@ func (d *DB) GetWithVersion(ctx context.Context, key string) ([]byte, Version, e
 
 // PutIfAbsent writes key only if it does not exist. When it does, the error
 // matches both ErrConflict and ErrExists.
-func (d *DB) PutIfAbsent(ctx context.Context, key string, value []byte) (Version, error) {
+func (d *DB) PutIfAbsent(ctx context.Context, key string, value []byte) (_ Version, err error) {
+	if d.obs != nil {
+		defer d.observe(ctx, OpPutIfAbsent, key, time.Now(), &err)
+	}
 	if err := d.pre(ctx, "put if absent", key, d.cas != nil, "PutIfAbsent"); err != nil {
 		return "", err
 	}
@@ -295,7 +319,10 @@ func (d *DB) PutIfAbsent(ctx context.Context, key string, value []byte) (Version
 // PutIfVersion writes key only if it exists with version expected. A missing
 // key, another version, or the empty Version is an error matching
 // ErrConflict.
-func (d *DB) PutIfVersion(ctx context.Context, key string, value []byte, expected Version) (Version, error) {
+func (d *DB) PutIfVersion(ctx context.Context, key string, value []byte, expected Version) (_ Version, err error) {
+	if d.obs != nil {
+		defer d.observe(ctx, OpPutIfVersion, key, time.Now(), &err)
+	}
 	if err := d.pre(ctx, "put if version", key, d.cas != nil, "PutIfVersion"); err != nil {
 		return "", err
 	}
@@ -317,7 +344,12 @@ func (d *DB) PutIfVersion(ctx context.Context, key string, value []byte, expecte
 // CAS group it falls back to List and drops the values.
 func (d *DB) ListKeys(ctx context.Context, prefix string) iter.Seq2[string, error] {
 	return func(yield func(string, error) bool) {
+		var failed error
+		if d.obs != nil {
+			defer d.observe(ctx, OpListKeys, prefix, time.Now(), &failed)
+		}
 		if err := d.pre(ctx, "list keys", prefix, d.cas != nil || d.list != nil, "ListKeys"); err != nil {
+			failed = err
 			yield("", err)
 			return
 		}
@@ -342,7 +374,8 @@ func (d *DB) ListKeys(ctx context.Context, prefix string) iter.Seq2[string, erro
 				err = ctx.Err()
 			}
 			if err != nil {
-				yield("", d.wrap(ctx, "list keys", prefix, err))
+				failed = d.wrap(ctx, "list keys", prefix, err)
+				yield("", failed)
 				return
 			}
 			if !yield(k, nil) {

@@ -3,7 +3,6 @@ package reminder
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -12,10 +11,12 @@ import (
 	"regexp"
 	"strings"
 	"time"
+
+	"agentkit/storage"
 )
 
 // localRecord is a reminder as kept in the local folder: the stored record
-// plus what this host still owes the store.
+// plus what this host still owes the store, in the record layer's codec.
 type localRecord struct {
 	Reminder
 	// Unsynced says the store has not yet taken this state (its write
@@ -80,9 +81,9 @@ func (l *localDir) load() (recs []localRecord, bad []error, err error) {
 			continue
 		}
 		var lr localRecord
-		lr.Reminder, err = decode(b)
+		_, err = storage.UnmarshalRecord(storage.KindReminder, filepath.Join(l.dir, name), b, &lr)
 		if err == nil {
-			err = json.Unmarshal(b, &lr)
+			err = lr.Reminder.Check()
 		}
 		if err != nil {
 			bad = append(bad, fmt.Errorf("reminder: local file %s skipped: %w", name, err))
@@ -94,8 +95,7 @@ func (l *localDir) load() (recs []localRecord, bad []error, err error) {
 }
 
 func (l *localDir) save(lr localRecord) error {
-	lr.Format = FormatVersion
-	b, err := json.Marshal(lr)
+	b, err := storage.MarshalRecord(storage.KindReminder, lr)
 	if err != nil {
 		return err
 	}

@@ -6,8 +6,9 @@
 //
 // Every reminder is kept twice: as one JSON file in a local folder (the
 // runtime passes --state-root/reminders/), and, when a store is configured,
-// as one JSON record at agentkit/v1/{agent}/reminders/{id} (package keys).
-// Create writes the store first and fails when it cannot, so a reminder the
+// as one record at agentkit/v1/{agent}/reminders/{id}, which the scheduler
+// reads and writes through the record layer (storage.Reminders), with the
+// same codec for both copies. Create writes the store first and fails when it cannot, so a reminder the
 // caller was told about is in the store. Open loads the local folder and
 // hydrates from the store (a List of the reminders prefix), and Run lists
 // the store again every SyncInterval, so reminders created on other hosts,
@@ -26,12 +27,13 @@
 //
 // With a store that has the compare-and-set group (kv.CAS), several hosts
 // may run a Scheduler over the same agent. When a reminder is due, each
-// host reads it with GetWithVersion and writes the claim (state claimed,
-// its host id, the time) with PutIfVersion: the store lets exactly one of
-// them win, and only the winner calls Fire, then writes fired. Losers
-// adopt the winner's record. A store without compare-and-set gives
-// single-host semantics: this host fires from its local copy and mirrors
-// the state to the store; two hosts on such a store would both fire.
+// host reads it with its version and writes the claim (state claimed, its
+// host id, the time) only over that version (storage.Reminders.Replace):
+// the store lets exactly one of them win, and only the winner calls Fire,
+// then writes fired. Losers adopt the winner's record. claim.go holds this
+// step. A store without compare-and-set gives single-host semantics: this
+// host fires from its local copy and mirrors the state to the store; two
+// hosts on such a store would both fire.
 //
 // # Leases
 //
@@ -44,79 +46,50 @@
 // firing and recording it. Lease must exceed the longest pause a live host
 // can suffer between renewals; a Fire that outlives its lease because the
 // store was unreachable may be repeated by another host.
+//
+// # Where the code is
+//
+// The package is split by job: scheduler.go is the API (Open, Create, Get,
+// List, Delete, ForSession); sync.go merges the local copies with the
+// store; fire.go is the loop that fires due reminders and records their
+// outcome; claim.go is the claim that makes a reminder fire once; local.go
+// is the local folder.
 package reminder
 
 import (
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
-	"fmt"
 	"time"
-)
 
-// FormatVersion is the version of the stored record. A record with a
-// higher "v" was written by a newer agentkit and is skipped with an error
-// in the log, never misread.
-const FormatVersion = 1
+	"agentkit/storage"
+)
 
 // MaxMessageBytes bounds a reminder's message.
 const MaxMessageBytes = 64 << 10
 
-// State is where a reminder is in its life.
-type State string
+// State is where a reminder is in its life: pending, claimed, fired or
+// failed (storage.ReminderState).
+type State = storage.ReminderState
 
 // The states of a reminder.
 const (
 	// StatePending: waiting for its time (or for a retry).
-	StatePending State = "pending"
+	StatePending = storage.ReminderPending
 	// StateClaimed: a host has claimed it and is firing it.
-	StateClaimed State = "claimed"
+	StateClaimed = storage.ReminderClaimed
 	// StateFired: Fire returned nil. Final.
-	StateFired State = "fired"
+	StateFired = storage.ReminderFired
 	// StateFailed: Fire returned an error on every attempt. Final.
-	StateFailed State = "failed"
+	StateFailed = storage.ReminderFailed
 )
 
-// Final reports whether the state can no longer change.
-func (s State) Final() bool { return s == StateFired || s == StateFailed }
-
-// Reminder is a follow-up turn scheduled for a time. It is also the JSON
-// record stored locally and in the store.
-type Reminder struct {
-	// Format is FormatVersion when written.
-	Format int `json:"v"`
-	// ID names the reminder; Create makes it ("rem_" and 32 hex digits).
-	ID string `json:"id"`
-	// SessionID is the session the follow-up turn runs in.
-	SessionID string `json:"sessionId"`
-	// At is when the reminder is due.
-	At time.Time `json:"at"`
-	// Message is the user message of the follow-up turn.
-	Message string `json:"message"`
-	// State is where the reminder is in its life.
-	State State `json:"state"`
-	// CreatedAt is when Create ran.
-	CreatedAt time.Time `json:"createdAt"`
-	// ClaimedBy and ClaimedAt name the host holding the claim and when it
-	// last renewed it (set while claimed, kept afterwards for the record).
-	ClaimedBy string    `json:"claimedBy,omitempty"`
-	ClaimedAt time.Time `json:"claimedAt,omitzero"`
-	// FiredAt is when the reminder reached a final state.
-	FiredAt time.Time `json:"firedAt,omitzero"`
-	// Attempts counts the calls of Fire.
-	Attempts int `json:"attempts,omitempty"`
-	// RetryAt, after a failed attempt, is when the next one is due.
-	RetryAt time.Time `json:"retryAt,omitzero"`
-	// LastError is the error of the last failed attempt.
-	LastError string `json:"lastError,omitempty"`
-	// Rev counts the writes of the record: every change (a claim, a lease
-	// renewal, an outcome) adds one. A copy with a higher Rev is newer.
-	Rev int64 `json:"rev"`
-}
+// Reminder is a follow-up turn scheduled for a time, as stored locally and
+// in the store (storage.Reminder).
+type Reminder = storage.Reminder
 
 // dueAt is when a pending reminder should next be tried.
-func (r *Reminder) dueAt() time.Time {
+func dueAt(r Reminder) time.Time {
 	if r.RetryAt.After(r.At) {
 		return r.RetryAt
 	}
@@ -136,33 +109,4 @@ func newID() string {
 	var b [16]byte
 	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
 	return "rem_" + hex.EncodeToString(b[:])
-}
-
-// decode reads a record, refusing a newer format and one without an id.
-func decode(b []byte) (Reminder, error) {
-	var r Reminder
-	if err := json.Unmarshal(b, &r); err != nil {
-		return r, fmt.Errorf("reminder: the record is not valid JSON: %w", err)
-	}
-	if r.Format > FormatVersion {
-		return r, fmt.Errorf("reminder: record %q has format %d, newer than this build's %d; upgrade agentkit", r.ID, r.Format, FormatVersion)
-	}
-	if r.ID == "" {
-		return r, errors.New("reminder: the record has no id")
-	}
-	switch r.State {
-	case StatePending, StateClaimed, StateFired, StateFailed:
-	default:
-		return r, fmt.Errorf("reminder: record %q has unknown state %q", r.ID, r.State)
-	}
-	return r, nil
-}
-
-func encode(r Reminder) []byte {
-	r.Format = FormatVersion
-	b, err := json.Marshal(r)
-	if err != nil {
-		panic(err) // unreachable: every field marshals
-	}
-	return b
 }

@@ -2,7 +2,6 @@ package reminder
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -17,7 +16,13 @@ import (
 	"agentkit/keys"
 	"agentkit/kv"
 	"agentkit/kv/memkv"
+	"agentkit/storage"
 )
+
+// writerFunc adapts a function to io.Writer.
+type writerFunc func(p []byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
 
 // recorder is a Fire callback that counts calls per reminder.
 type recorder struct {
@@ -65,9 +70,6 @@ func open(t *testing.T, opts Options) *Scheduler {
 	t.Helper()
 	if opts.Logger == nil {
 		opts.Logger = testLogger(t)
-	}
-	if opts.Store != nil && opts.Agent == "" {
-		opts.Agent = "helper"
 	}
 	s, err := Open(context.Background(), opts)
 	if err != nil {
@@ -160,7 +162,7 @@ func TestFiresLateAfterRestart(t *testing.T) {
 				store := memkv.New()
 				dir := t.TempDir()
 				rec := newRecorder()
-				s := open(t, Options{Dir: dir, Store: store, Fire: rec.fire})
+				s := open(t, Options{Dir: dir, Records: recs(t, store), Fire: rec.fire})
 				stop := running(t, s)
 				r, err := s.Create(context.Background(), "s", time.Now().Add(time.Hour), "wake up")
 				if err != nil {
@@ -177,7 +179,7 @@ func TestFiresLateAfterRestart(t *testing.T) {
 				if name != "same folder" {
 					dir = t.TempDir()
 				}
-				s2 := open(t, Options{Dir: dir, Store: store, Fire: rec.fire})
+				s2 := open(t, Options{Dir: dir, Records: recs(t, store), Fire: rec.fire})
 				if got, ok := s2.Get(r.ID); !ok || got.State != StatePending {
 					t.Fatalf("after restart: %+v, %v; want the pending reminder", got, ok)
 				}
@@ -199,32 +201,38 @@ func TestFiresLateAfterRestart(t *testing.T) {
 	}
 }
 
+// recs returns the reminder records of the agent "helper" in store.
+func recs(t *testing.T, store *kv.DB) *storage.Reminders {
+	t.Helper()
+	return recsOf(t, store, "helper")
+}
+
+// recsOf returns the reminder records of an agent in store.
+func recsOf(t *testing.T, store *kv.DB, agent string) *storage.Reminders {
+	t.Helper()
+	b, err := storage.Define(storage.Config{Backend: store, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := b.Agent(agent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a.Reminders()
+}
+
 func storedRecord(t *testing.T, store *kv.DB, id string) Reminder {
 	t.Helper()
-	scope, err := keys.Agent("helper")
-	if err != nil {
-		t.Fatal(err)
-	}
-	key, err := scope.Reminder(id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := store.Get(context.Background(), key)
+	r, _, err := recs(t, store).Read(context.Background(), id)
 	if err != nil {
 		t.Fatalf("stored record of %s: %v", id, err)
-	}
-	r, err := decode(b)
-	if err != nil {
-		t.Fatal(err)
 	}
 	return r
 }
 
 func putStored(t *testing.T, store *kv.DB, r Reminder) {
 	t.Helper()
-	scope, _ := keys.Agent("helper")
-	key, _ := scope.Reminder(r.ID)
-	if err := store.Put(context.Background(), key, encode(r)); err != nil {
+	if err := recs(t, store).Put(context.Background(), r); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -240,7 +248,7 @@ func TestDeadHostClaimReclaimedAfterLease(t *testing.T) {
 			CreatedAt: now.Add(-time.Hour),
 		})
 		rec := newRecorder()
-		s := open(t, Options{Dir: t.TempDir(), Store: store, Fire: rec.fire, Lease: 10 * time.Minute})
+		s := open(t, Options{Dir: t.TempDir(), Records: recs(t, store), Fire: rec.fire, Lease: 10 * time.Minute})
 		stop := running(t, s)
 		defer stop()
 		time.Sleep(10*time.Minute - time.Second)
@@ -268,7 +276,7 @@ func TestLongFireKeepsItsClaim(t *testing.T) {
 			time.Sleep(17 * time.Minute) // a long turn: over three leases
 			return nil
 		}
-		opts := Options{Store: store, Fire: rec.fire, Lease: 5 * time.Minute, SyncInterval: time.Minute}
+		opts := Options{Records: recs(t, store), Fire: rec.fire, Lease: 5 * time.Minute, SyncInterval: time.Minute}
 		opts.Dir, opts.HostID = t.TempDir(), "a"
 		a := open(t, opts)
 		opts.Dir, opts.HostID = t.TempDir(), "b"
@@ -303,8 +311,8 @@ func TestTwoSchedulersFireEachOnce(t *testing.T) {
 			t.Fatal(err)
 		}
 		rec := newRecorder()
-		a := open(t, Options{Dir: t.TempDir(), Store: db, Fire: rec.fire, HostID: "a", SyncInterval: 10 * time.Second})
-		b := open(t, Options{Dir: t.TempDir(), Store: db2, Fire: rec.fire, HostID: "b", SyncInterval: 10 * time.Second})
+		a := open(t, Options{Dir: t.TempDir(), Records: recs(t, db), Fire: rec.fire, HostID: "a", SyncInterval: 10 * time.Second})
+		b := open(t, Options{Dir: t.TempDir(), Records: recs(t, db2), Fire: rec.fire, HostID: "b", SyncInterval: 10 * time.Second})
 		stopA, stopB := running(t, a), running(t, b)
 		due := time.Now().Add(time.Minute)
 		var ids []string
@@ -360,8 +368,8 @@ func TestDeleteCancels(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := memkv.New()
 		rec := newRecorder()
-		a := open(t, Options{Dir: t.TempDir(), Store: store, Fire: rec.fire, HostID: "a"})
-		b := open(t, Options{Dir: t.TempDir(), Store: store, Fire: rec.fire, HostID: "b"})
+		a := open(t, Options{Dir: t.TempDir(), Records: recs(t, store), Fire: rec.fire, HostID: "a"})
+		b := open(t, Options{Dir: t.TempDir(), Records: recs(t, store), Fire: rec.fire, HostID: "b"})
 		stopA, stopB := running(t, a), running(t, b)
 		defer stopA()
 		defer stopB()
@@ -462,9 +470,6 @@ func TestOpenErrors(t *testing.T) {
 	if _, err := Open(ctx, Options{Fire: fire}); err == nil || !strings.Contains(err.Error(), "Dir") {
 		t.Errorf("Open without Dir: %v", err)
 	}
-	if _, err := Open(ctx, Options{Dir: t.TempDir(), Fire: fire, Store: memkv.New()}); err == nil || !strings.Contains(err.Error(), "Agent") {
-		t.Errorf("Open with a store and no agent: %v", err)
-	}
 	mem := memkv.NewStore()
 	mixed, err := kv.New("mixed", kv.Funcs{
 		Put: mem.Put, Get: mem.Get, Delete: mem.Delete, List: mem.List,
@@ -474,7 +479,7 @@ func TestOpenErrors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Open(ctx, Options{Dir: t.TempDir(), Fire: fire, Store: mixed, Agent: "a"}); err == nil || !strings.Contains(err.Error(), "in-memory compare-and-set") {
+	if _, err := Open(ctx, Options{Dir: t.TempDir(), Fire: fire, Records: recs(t, mixed)}); err == nil || !strings.Contains(err.Error(), "in-memory compare-and-set") {
 		t.Errorf("Open with a process-local CAS beside a durable store: %v", err)
 	}
 	synctest.Test(t, func(t *testing.T) {
@@ -546,7 +551,7 @@ func TestShutdownReturnsTheAttempt(t *testing.T) {
 			time.Sleep(time.Hour) // interrupted by the shutdown below
 			return errors.New("interrupted")
 		}
-		s := open(t, Options{Dir: dir, Store: store, Fire: func(ctx context.Context, r Reminder) error {
+		s := open(t, Options{Dir: dir, Records: recs(t, store), Fire: func(ctx context.Context, r Reminder) error {
 			if err := rec.fire(ctx, r); err != nil {
 				return err
 			}
@@ -567,7 +572,7 @@ func TestShutdownReturnsTheAttempt(t *testing.T) {
 			t.Errorf("after shutdown mid-fire: %+v; want pending with the attempt given back", got)
 		}
 		rec2 := newRecorder()
-		s2 := open(t, Options{Dir: dir, Store: store, Fire: rec2.fire})
+		s2 := open(t, Options{Dir: dir, Records: recs(t, store), Fire: rec2.fire})
 		stop2 := running(t, s2)
 		defer stop2()
 		synctest.Wait()
@@ -635,7 +640,7 @@ func TestOutcomePushedWhenTheStoreComesBack(t *testing.T) {
 			fs.setDown(true) // the store fails while the turn runs
 			return nil
 		}
-		s = open(t, Options{Dir: t.TempDir(), Store: store, Fire: rec.fire, SyncInterval: time.Minute})
+		s = open(t, Options{Dir: t.TempDir(), Records: recs(t, store), Fire: rec.fire, SyncInterval: time.Minute})
 		r, _ := s.Create(context.Background(), "s", time.Now(), "m")
 		stop := running(t, s)
 		defer stop()
@@ -666,7 +671,7 @@ func TestCreateFailsWhenTheStoreDoes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := open(t, Options{Dir: t.TempDir(), Store: db, Fire: newRecorder().fire})
+	s := open(t, Options{Dir: t.TempDir(), Records: recs(t, db), Fire: newRecorder().fire})
 	if _, err := s.Create(context.Background(), "s", time.Now(), "m"); !errors.Is(err, errDown) {
 		t.Fatalf("Create with the store down = %v, want the store's error", err)
 	}
@@ -684,7 +689,7 @@ func TestPlainStoreSingleHost(t *testing.T) {
 		}
 		rec := newRecorder()
 		dir := t.TempDir()
-		s := open(t, Options{Dir: dir, Store: plain, Fire: rec.fire})
+		s := open(t, Options{Dir: dir, Records: recs(t, plain), Fire: rec.fire})
 		if s.Coordinated() {
 			t.Error("a store without CAS reported coordinated firing")
 		}
@@ -701,7 +706,7 @@ func TestPlainStoreSingleHost(t *testing.T) {
 		}
 		// A restart on a fresh folder hydrates the fired state and does not
 		// fire again.
-		s2 := open(t, Options{Dir: t.TempDir(), Store: plain, Fire: rec.fire})
+		s2 := open(t, Options{Dir: t.TempDir(), Records: recs(t, plain), Fire: rec.fire})
 		stop2 := running(t, s2)
 		time.Sleep(time.Hour)
 		synctest.Wait()
@@ -716,7 +721,7 @@ func TestRetentionSweep(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := memkv.New()
 		rec := newRecorder()
-		s := open(t, Options{Dir: t.TempDir(), Store: store, Fire: rec.fire, Retention: 24 * time.Hour, SyncInterval: time.Hour})
+		s := open(t, Options{Dir: t.TempDir(), Records: recs(t, store), Fire: rec.fire, Retention: 24 * time.Hour, SyncInterval: time.Hour})
 		r, _ := s.Create(context.Background(), "s", time.Now(), "m")
 		stop := running(t, s)
 		defer stop()
@@ -731,9 +736,7 @@ func TestRetentionSweep(t *testing.T) {
 		if _, ok := s.Get(r.ID); ok {
 			t.Error("still listed after the retention")
 		}
-		scope, _ := keys.Agent("helper")
-		key, _ := scope.Reminder(r.ID)
-		if _, err := store.Get(context.Background(), key); !errors.Is(err, kv.ErrNotFound) {
+		if _, _, err := recs(t, store).Read(context.Background(), r.ID); !errors.Is(err, kv.ErrNotFound) {
 			t.Errorf("still stored after the retention: %v", err)
 		}
 	})
@@ -744,22 +747,40 @@ func TestBadRecordsSkipped(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "junk.json"), []byte("{not json"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	newer := []byte(`{"v":2,"id":"rem_local_future","sessionId":"s","state":"pending","at":"2026-01-01T00:00:00Z"}`)
+	if err := os.WriteFile(filepath.Join(dir, "rem_local_future.json"), newer, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	store := memkv.New()
 	scope, _ := keys.Agent("helper")
-	future, _ := json.Marshal(Reminder{Format: FormatVersion + 1, ID: "rem_future", SessionID: "s", State: StatePending, At: time.Now()})
+	future, _ := storage.MarshalRecord(storage.KindReminder, Reminder{ID: "rem_future", SessionID: "s", State: StatePending, At: time.Now()})
+	future = []byte(strings.Replace(string(future), `"v":1`, `"v":2`, 1))
 	fkey, _ := scope.Reminder("rem_future")
 	_ = store.Put(context.Background(), fkey, future)
 	key, _ := scope.Reminder("rem_other")
-	_ = store.Put(context.Background(), key, encode(Reminder{ID: "rem_mismatch", SessionID: "s", State: StatePending, At: time.Now()}))
-	s := open(t, Options{Dir: dir, Store: store, Fire: newRecorder().fire})
+	mismatch, _ := storage.MarshalRecord(storage.KindReminder, Reminder{ID: "rem_mismatch", SessionID: "s", State: StatePending, At: time.Now()})
+	_ = store.Put(context.Background(), key, mismatch)
+	var logs strings.Builder
+	var mu sync.Mutex
+	logger := slog.New(slog.NewTextHandler(writerFunc(func(p []byte) (int, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return logs.Write(p)
+	}), nil))
+	s := open(t, Options{Dir: dir, Records: recs(t, store), Fire: newRecorder().fire, Logger: logger})
 	if n := len(s.List("")); n != 0 {
 		t.Errorf("bad records were loaded: %v", s.List(""))
 	}
 	if _, err := os.Stat(filepath.Join(dir, "junk.json")); err != nil {
 		t.Errorf("the unreadable local file was removed: %v", err)
 	}
-	if _, err := decode([]byte(`{"v":2,"id":"x","state":"pending"}`)); err == nil || !strings.Contains(err.Error(), "newer") {
-		t.Errorf("decode of a newer format: %v", err)
+	mu.Lock()
+	out := logs.String()
+	mu.Unlock()
+	for _, want := range []string{"rem_local_future.json", "upgrade agentkit", "rem_other", "belongs elsewhere"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the log does not mention %q:\n%s", want, out)
+		}
 	}
 }
 
@@ -785,7 +806,7 @@ func TestLocalRemindersMoveToANewStore(t *testing.T) {
 		// The operator configures a store; the reminder made without one
 		// is written to it rather than taken for deleted.
 		store := memkv.New()
-		s := open(t, Options{Dir: dir, Store: store, Fire: rec.fire})
+		s := open(t, Options{Dir: dir, Records: recs(t, store), Fire: rec.fire})
 		if got := storedRecord(t, store, r.ID); got.State != StatePending || got.Message != "m" {
 			t.Fatalf("stored after the move: %+v", got)
 		}

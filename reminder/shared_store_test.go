@@ -21,7 +21,7 @@ func exactlyOnce(t *testing.T, a, b *kv.DB, agent string) {
 	ctx := context.Background()
 	rec := newRecorder()
 	opts := func(db *kv.DB, host string) Options {
-		return Options{Dir: t.TempDir(), Store: db, Agent: agent, HostID: host, Fire: rec.fire,
+		return Options{Dir: t.TempDir(), Records: recsOf(t, db, agent), HostID: host, Fire: rec.fire,
 			SyncInterval: 50 * time.Millisecond, MaxConcurrent: 8}
 	}
 	sa := open(t, opts(a, "a"))
@@ -49,11 +49,11 @@ func exactlyOnce(t *testing.T, a, b *kv.DB, agent string) {
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		final := 0
-		for e, err := range a.List(ctx, scope.RemindersPrefix()) {
+		for r, err := range recsOf(t, a, agent).List(ctx) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if r, err := decode(e.Value); err == nil && r.State.Final() {
+			if r.State.Final() {
 				final++
 			}
 		}
@@ -92,6 +92,7 @@ func TestPostgresExactlyOnce(t *testing.T) {
 		t.Skip("needs PostgreSQL")
 	}
 	url := testenv.Getenv("AGENTKIT_TEST_POSTGRES", "postgres://root@127.0.0.1:5432/test?sslmode=disable")
+	table := "agentkit_reminder_test_" + randomSuffix()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	sep := "?"
@@ -101,15 +102,22 @@ func TestPostgresExactlyOnce(t *testing.T) {
 		}
 	}
 	// Two handles (two connection pools), as two hosts would have.
-	a, err := kv.Open(ctx, url+sep+"table=agentkit_reminder_test")
+	a, err := kv.Open(ctx, url+sep+"table="+table)
 	if err == nil {
 		err = a.Put(ctx, "agentkit/v1/probe", nil)
 	}
 	if err != nil {
 		testenv.Unavailable(t, "PostgreSQL", "Start PostgreSQL or set AGENTKIT_TEST_POSTGRES to a postgres:// URL.", err)
 	}
-	t.Cleanup(func() { _ = a.Delete(context.Background(), "agentkit/v1/probe"); a.Close() })
-	b, err := kv.Open(ctx, url+sep+"table=agentkit_reminder_test")
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if d, ok := a.Backend().(interface{ Drop(context.Context) error }); ok {
+			_ = d.Drop(ctx)
+		}
+		a.Close()
+	})
+	b, err := kv.Open(ctx, url+sep+"table="+table)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,7 +22,9 @@ import (
 //
 //	turns_total{status}                         turns that ended, by status (completed, failed)
 //	turn_duration_seconds{status}               histogram of turn latency
-//	mirror_writes_dropped_total                 session mirror writes the store refused
+//	mirror_writes_dropped_total                 session mirror writes the store refused (each kept and retried)
+//	mirror_backlog_sessions                     sessions whose mirror writes wait to be retried
+//	mirror_forks_total                          turns that lost the session head to another host (kept locally)
 //	store_operation_duration_seconds{op}        histogram of store latency per kv operation
 //	store_operations_total{op,result}           store operations by result (ok, not_found, error)
 //	http_requests_total{route,code}             requests by route pattern and status
@@ -37,6 +39,8 @@ type Metrics struct {
 	turns         *prometheus.CounterVec
 	turnSeconds   *prometheus.HistogramVec
 	mirrorDropped prometheus.Counter
+	mirrorBacklog prometheus.Gauge
+	mirrorForks   prometheus.Counter
 	storeSeconds  *prometheus.HistogramVec
 	storeOps      *prometheus.CounterVec
 	httpRequests  *prometheus.CounterVec
@@ -61,7 +65,15 @@ func NewMetrics() *Metrics {
 		}, []string{"status"}),
 		mirrorDropped: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "agentkit_mirror_writes_dropped_total",
-			Help: "Session mirror writes (metadata, event batches, continuation tokens) the store refused; they are logged and dropped.",
+			Help: "Session mirror writes (event batches, heads, metadata, continuation tokens) the store refused; each is logged, kept and retried.",
+		}),
+		mirrorBacklog: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "agentkit_mirror_backlog_sessions",
+			Help: "Sessions whose mirror writes wait to be retried (the store lacks some of their events or records).",
+		}),
+		mirrorForks: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "agentkit_mirror_forks_total",
+			Help: "Turns of this host that lost the session head to another host; their events are kept locally as forks.",
 		}),
 		storeSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "agentkit_store_operation_duration_seconds",
@@ -87,7 +99,7 @@ func NewMetrics() *Metrics {
 			Name: "agentkit_build_info", Help: "Always 1; the version label names the running agentkit.",
 		}, []string{"version"}),
 	}
-	m.reg.MustRegister(m.turns, m.turnSeconds, m.mirrorDropped, m.storeSeconds, m.storeOps,
+	m.reg.MustRegister(m.turns, m.turnSeconds, m.mirrorDropped, m.mirrorBacklog, m.mirrorForks, m.storeSeconds, m.storeOps,
 		m.httpRequests, m.httpSeconds, m.streams, m.buildInfo,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -113,6 +125,12 @@ func (m *Metrics) TurnFinished(status agent.TurnStatus, d time.Duration) {
 
 // MirrorDropped counts a mirror write the store refused.
 func (m *Metrics) MirrorDropped(string, error) { m.mirrorDropped.Inc() }
+
+// MirrorBacklog sets the number of sessions waiting for mirror retries.
+func (m *Metrics) MirrorBacklog(sessions int) { m.mirrorBacklog.Set(float64(sessions)) }
+
+// MirrorForked counts a turn that lost the session head to another host.
+func (m *Metrics) MirrorForked(string, int) { m.mirrorForks.Inc() }
 
 // StoreOp observes a store operation's latency and counts its result.
 func (m *Metrics) StoreOp(op string, d time.Duration, err error) {
@@ -155,6 +173,18 @@ func (o observers) TurnFinished(s agent.TurnStatus, d time.Duration) {
 func (o observers) MirrorDropped(key string, err error) {
 	for _, x := range o {
 		x.MirrorDropped(key, err)
+	}
+}
+
+func (o observers) MirrorBacklog(n int) {
+	for _, x := range o {
+		x.MirrorBacklog(n)
+	}
+}
+
+func (o observers) MirrorForked(id string, events int) {
+	for _, x := range o {
+		x.MirrorForked(id, events)
 	}
 }
 

@@ -114,15 +114,8 @@ func (t *ABs) GetSnapshot(ctx context.Context) (json.RawMessage, error) {
 	return t.a.b.snaps.GetSnapshot(ctx, t.a.Name())
 }
 
-// sampleRecord is the stored form of a derived A/B sample.
-type sampleRecord struct {
-	V int `json:"v"`
-	ABSample
-}
-
 // snapshotRecord is the stored form of a derived A/B snapshot.
 type snapshotRecord struct {
-	V        int             `json:"v"`
 	Agent    string          `json:"agent"`
 	Snapshot json.RawMessage `json:"snapshot"`
 }
@@ -141,7 +134,7 @@ func (d derivedABs) PutSample(ctx context.Context, s ABSample) error {
 		return fmt.Errorf("storage: %w", err)
 	}
 	s.At = s.At.UTC().Truncate(time.Millisecond)
-	data, err := encodeRecord("A/B sample", sampleRecord{V: FormatVersion, ABSample: s})
+	data, err := MarshalRecord(KindABSample, s)
 	if err != nil {
 		return err
 	}
@@ -153,7 +146,7 @@ func (d derivedABs) PutSnapshot(ctx context.Context, agent string, snapshot json
 	if err != nil {
 		return err
 	}
-	data, err := encodeRecord("A/B snapshot", snapshotRecord{V: FormatVersion, Agent: agent, Snapshot: snapshot})
+	data, err := MarshalRecord(KindABSnapshot, snapshotRecord{Agent: agent, Snapshot: snapshot})
 	if err != nil {
 		return err
 	}
@@ -170,7 +163,7 @@ func (d derivedABs) GetSnapshot(ctx context.Context, agent string) (json.RawMess
 		return nil, err
 	}
 	var rec snapshotRecord
-	if err := decodeRecord(key, data, &rec); err != nil {
+	if _, err := UnmarshalRecord(KindABSnapshot, key, data, &rec); err != nil {
 		return nil, err
 	}
 	return rec.Snapshot, nil

@@ -8,20 +8,22 @@ import (
 )
 
 // RequireCoordination is the start-up check of features that coordinate
-// hosts through the store (ledger mode). It fails with an error matching
-// ErrNoCAS when the backend lacks the CAS group (GetWithVersion,
-// PutIfAbsent, PutIfVersion, ListKeys) or the Get and Delete the ledger uses
-// for inbox payloads, and with an error matching ErrSplitCAS when the CAS
-// group and the plain methods are not on the same durable store, such as a
-// durable Put/Get beside the memory driver's CAS group: acknowledged events
-// would then vanish on restart. The memory driver used whole (both halves
-// process-local) passes, for tests.
+// hosts serving one session at the same time through the store (ledger
+// mode of the design, 05-ledger.md; agent.Open runs it for
+// Config.Serving "ledger", which this build then refuses). It fails with an
+// error matching ErrNoCAS when the backend lacks the CAS group
+// (GetWithVersion, PutIfAbsent, PutIfVersion, ListKeys) or the Get and
+// Delete a ledger's inbox payloads need, and with an error matching
+// ErrSplitCAS when the CAS group and the plain methods are not on the same
+// durable store, such as a durable Put/Get beside the memory driver's CAS
+// group: acknowledged events would then vanish on restart. The memory
+// driver used whole (both halves process-local) passes, for tests.
 func (b *Binding) RequireCoordination() error {
 	return checkCoordination(b.name, b.caps)
 }
 
 // CheckCoordination runs RequireCoordination's checks on any backend, such
-// as a separate store given to the ledger instead of the agent's binding.
+// as a separate coordination store beside the agent's binding.
 func CheckCoordination(backend any) error {
 	if backend == nil || isNilPointer(backend) {
 		return fmt.Errorf("%w: the coordination store is nil", ErrNoCAS)
@@ -50,7 +52,7 @@ func checkCoordination(name string, c kv.Capabilities) error {
 		plain = append(plain, "Delete")
 	}
 	if len(plain) > 0 {
-		return fmt.Errorf("%w: ledger mode stores inbox payloads with Put, Get and Delete, and store %q lacks %s; add it to the backend",
+		return fmt.Errorf("%w: ledger mode needs Put, Get and Delete for its inbox payloads, and store %q lacks %s; add it to the backend",
 			ErrNoCAS, name, strings.Join(plain, " and "))
 	}
 	switch {

@@ -27,9 +27,9 @@ type EvalRun struct {
 }
 
 // EvalTable is a backend-native eval-run table, given as Config.Evals. The
-// runtime upserts a run's snapshot when the run starts, progresses and
-// finishes, deletes runs past the history window, and lists every run of an
-// agent at serve start. Methods are called concurrently.
+// eval runner (package evals) upserts a run's snapshot when the run starts,
+// progresses and finishes, deletes runs past the history window, and lists
+// every run of an agent at serve start. Methods are called concurrently.
 type EvalTable interface {
 	// PutRun creates or replaces the run (run.Agent, run.ID).
 	PutRun(ctx context.Context, run EvalRun) error
@@ -74,12 +74,6 @@ func (e *EvalRuns) List(ctx context.Context) iter.Seq2[EvalRun, error] {
 	return e.a.b.evals.ListRuns(ctx, e.a.Name())
 }
 
-// evalRecord is the stored form of a derived eval run.
-type evalRecord struct {
-	V int `json:"v"`
-	EvalRun
-}
-
 // derivedEvals stores one key per run over the core; it needs Put, Delete
 // and List.
 type derivedEvals struct{ db *kv.DB }
@@ -89,7 +83,7 @@ func (d derivedEvals) PutRun(ctx context.Context, run EvalRun) error {
 	if err != nil {
 		return err
 	}
-	data, err := encodeRecord("eval run", evalRecord{V: FormatVersion, EvalRun: run})
+	data, err := MarshalRecord(KindEvalRun, run)
 	if err != nil {
 		return err
 	}
@@ -116,12 +110,12 @@ func (d derivedEvals) ListRuns(ctx context.Context, agent string) iter.Seq2[Eval
 				yield(EvalRun{}, err)
 				return
 			}
-			var rec evalRecord
-			if err := decodeRecord(e.Key, e.Value, &rec); err != nil {
+			var rec EvalRun
+			if _, err := UnmarshalRecord(KindEvalRun, e.Key, e.Value, &rec); err != nil {
 				yield(EvalRun{}, err)
 				return
 			}
-			if !yield(rec.EvalRun, nil) {
+			if !yield(rec, nil) {
 				return
 			}
 		}

@@ -76,21 +76,26 @@ func ExampleDefine_funcs() {
 	})
 	fmt.Println(err)
 	// Output:
-	// storage: Config.Backend has a partial CAS group: missing GetWithVersion, PutIfVersion, ListKeys; set all four fields of kv.Funcs.CAS (GetWithVersion, PutIfAbsent, PutIfVersion, ListKeys) to use coordination features such as ledger mode, or none to run without them
+	// storage: Config.Backend has a partial CAS group: missing GetWithVersion, PutIfVersion, ListKeys; set all four fields of kv.Funcs.CAS (GetWithVersion, PutIfAbsent, PutIfVersion, ListKeys) to use compare-and-set (session heads, reminder claims), or none to run without them
 }
 
-func ExampleBinding_Mirror() {
+func ExampleABs_PutSample_dropped() {
 	flaky := kv.Funcs{Put: func(context.Context, string, []byte) error {
 		return errors.New("connection refused")
 	}}
 	b, _ := storage.Define(storage.Config{Backend: flaky, Name: "flaky", Logger: quietLogger()})
+	support, _ := b.Agent("support")
 
-	// The turn goes on: the failure is logged, counted and dropped.
-	b.Mirror(context.Background(), "agentkit/v1/support/sessions/s1/meta", []byte(`{}`))
+	// The turn goes on: an A/B sample that fails is logged, counted and
+	// dropped (the one record written at most once).
+	support.ABs().PutSample(context.Background(), storage.ABSample{
+		Experiment: "tone", Variant: "warm", SessionID: "s1",
+		At: time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC), Metrics: json.RawMessage(`{"turns":1}`),
+	})
 	fmt.Println("dropped:", b.DroppedMirrorWrites())
 	// Output:
 	// level=WARN msg="storage: eval history is kept in process memory and lost on restart; the derived eval table needs Delete and List, or set Config.Evals" store=flaky capabilities=put
-	// level=WARN msg="storage: mirror write dropped" store=flaky key=agentkit/v1/support/sessions/s1/meta err="flaky: put \"agentkit/v1/support/sessions/s1/meta\": connection refused" dropped_total=1
+	// level=WARN msg="storage: A/B sample dropped" store=flaky key=agentkit/v1/support/ab-samples/tone/s1/2026-05-01T12%3A00%3A00.000Z err="flaky: put \"agentkit/v1/support/ab-samples/tone/s1/2026-05-01T12%3A00%3A00.000Z\": connection refused" dropped_total=1
 	// dropped: 1
 }
 

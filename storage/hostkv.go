@@ -32,7 +32,6 @@ type HostEntry struct {
 
 // hostRecord is the stored form of a host KV entry.
 type hostRecord struct {
-	V     int             `json:"v"`
 	Key   string          `json:"key"`
 	Value json.RawMessage `json:"value"`
 }
@@ -57,7 +56,7 @@ func (h *HostKV) Put(ctx context.Context, key string, value any) error {
 	if err != nil {
 		return fmt.Errorf("storage: host KV put %q: the value does not encode as JSON: %w", key, err)
 	}
-	data, err := encodeRecord("host KV record", hostRecord{V: FormatVersion, Key: key, Value: doc})
+	data, err := MarshalRecord(KindHostKV, hostRecord{Key: key, Value: doc})
 	if err != nil {
 		return err
 	}
@@ -79,7 +78,7 @@ func (h *HostKV) Get(ctx context.Context, key string) (json.RawMessage, error) {
 		return nil, err
 	}
 	var rec hostRecord
-	if err := decodeRecord(k, data, &rec); err != nil {
+	if _, err := UnmarshalRecord(KindHostKV, k, data, &rec); err != nil {
 		return nil, err
 	}
 	if rec.Key != key {
@@ -140,7 +139,7 @@ func (h *HostKV) yieldEntry(e kv.Entry, err error, prefix string, yield func(Hos
 		return false
 	}
 	var rec hostRecord
-	if err := decodeRecord(e.Key, e.Value, &rec); err != nil {
+	if _, err := UnmarshalRecord(KindHostKV, e.Key, e.Value, &rec); err != nil {
 		yield(HostEntry{}, err)
 		return false
 	}
@@ -151,5 +150,5 @@ func (h *HostKV) yieldEntry(e kv.Entry, err error, prefix string, yield func(Hos
 	if !strings.HasPrefix(rec.Key, prefix) {
 		return true
 	}
-	return yield(HostEntry{Key: rec.Key, Value: rec.Value}, nil)
+	return yield(HostEntry(rec), nil)
 }

@@ -1,24 +1,44 @@
-// Package storage binds a key-value backend to the agentkit runtime.
+// Package storage is agentkit's record layer: it binds a key-value backend
+// to the runtime and is the one place where the runtime's records are
+// written to and read from the store. Every record kind has its key (package
+// keys), its stored form, its codec and its write semantics here; the
+// runtime (package agent), the reminder scheduler and the eval and A/B
+// tables ask this package for records and never combine keys and kv by
+// hand.
 //
 // Define takes a backend (any value implementing at least kv.Putter, a
 // kv.Funcs, or a *kv.DB from kv.Open), checks it, discovers what it can do,
 // fills in the default policy, and returns a *Binding: the runtime's view of
-// the store. From a Binding the runtime gets
+// the store. Per agent (Binding.Agent) it gives:
 //
-//   - Mirror, the at-most-once write path of the session mirror: a failed
-//     write is logged with its key, counted (DroppedMirrorWrites) and
-//     dropped, never failing a turn;
-//   - per agent (Binding.Agent), the eval-run table, the A/B table and host
-//     KV. The tables are the backend-native ones given in Config, or derived
-//     over the core under the keys of package keys; host KV writes are
-//     awaited and their errors returned;
-//   - Report, the capability report GET /v1/info serialises;
-//   - RequireCoordination, the start-up check of ledger mode, which needs the
-//     CAS group on the same durable store as the plain methods.
+//	record kind          file           write semantics
+//	session head         sessions.go    compare-and-set (Sessions.Commit, Sessions.Delete)
+//	event batch, parts   batches.go     create-only (PutIfAbsent), through Sessions.Commit
+//	session metadata     sessions.go    Put; the error is returned, the caller retries
+//	session index entry  sessions.go    Put and Delete; the error is returned
+//	continuation token   sessions.go    Put; the error is returned
+//	reminder             reminders.go   create-only, then compare-and-set claims (Put without CAS)
+//	host KV entry        hostkv.go      Put, Get, Delete, List; awaited, errors returned
+//	eval run             evals.go       Put, Delete, List; errors returned
+//	                     update.go      compare-and-set loop (EvalRuns.Update)
+//	A/B sample           abs.go         one blind Put; a failure is logged, counted and dropped
+//	                     update.go      Delete of superseded samples (ABs.PruneSamples)
+//	A/B snapshot         abs.go         Put (last write wins); errors returned
+//	                     update.go      compare-and-set loop (ABs.UpdateSnapshot)
 //
-// Every record this package writes is JSON with a format version field "v";
-// a record with a newer version than this build knows is refused with an
+// The runtime keeps what the session mirror failed to write and retries it
+// (package agent); only A/B samples are at most once. Reads of a session
+// start at its head, which a delete turns into a tombstone, so no stray key
+// brings a deleted session back.
+//
+// Every record is JSON with a format version field "v", written and read by
+// one codec (MarshalRecord, UnmarshalRecord) under one rule (see Kind): a
+// record with a newer version than this build knows is refused with an
 // error matching ErrNewerFormat instead of being misread.
+//
+// Binding.Report is the capability report GET /v1/info serialises, and
+// Binding.RequireCoordination the start-up check of the features that
+// coordinate hosts through the CAS group.
 package storage
 
 import (
@@ -59,9 +79,12 @@ type Config struct {
 	// ABs is a backend-native A/B table. When nil, samples and the snapshot
 	// are stored over the core (see ABTable).
 	ABs ABTable
-	// Logger receives the dropped mirror writes and start-up notices. Nil
-	// means slog.Default().
+	// Logger receives dropped A/B samples and start-up notices. Nil means
+	// slog.Default().
 	Logger *slog.Logger
+	// Observer, when set, receives every store operation of the binding,
+	// once (kv.DB.WithObserver): for metrics and logs.
+	Observer kv.Observer
 }
 
 // Policy holds the timing knobs of a binding.
@@ -106,9 +129,9 @@ const (
 
 // Errors matched with errors.Is.
 var (
-	// ErrNoCAS means coordination (ledger mode) was asked of a backend
-	// without the full CAS group, or without the Get and Delete its inbox
-	// payloads need.
+	// ErrNoCAS means a feature that coordinates hosts serving one session
+	// at the same time (ledger mode, not part of this build) was asked of a
+	// backend without the full CAS group, or without Get and Delete.
 	ErrNoCAS = errors.New("storage: the backend cannot coordinate hosts")
 	// ErrSplitCAS means the CAS group and the plain methods do not sit on
 	// the same durable store: one of them keeps its data in process memory.
@@ -182,6 +205,7 @@ func Define(cfg Config) (*Binding, error) {
 		// Unreachable after the checks above, which test what kv.New does.
 		return nil, fmt.Errorf("storage: Config.Backend: %w", err)
 	}
+	db = db.WithObserver(cfg.Observer)
 	b := &Binding{
 		name:   name,
 		db:     db,
@@ -240,7 +264,7 @@ func partialCASError(backend any, missing []string) error {
 	case kv.Funcs, *kv.Funcs:
 		what = "fields of kv.Funcs.CAS"
 	}
-	return fmt.Errorf("storage: Config.Backend has a partial CAS group: missing %s; set all four %s (GetWithVersion, PutIfAbsent, PutIfVersion, ListKeys) to use coordination features such as ledger mode, or none to run without them",
+	return fmt.Errorf("storage: Config.Backend has a partial CAS group: missing %s; set all four %s (GetWithVersion, PutIfAbsent, PutIfVersion, ListKeys) to use compare-and-set (session heads, reminder claims), or none to run without them",
 		strings.Join(missing, ", "), what)
 }
 
@@ -280,8 +304,10 @@ func (p Policy) withDefaults() Policy {
 // Name returns the store's label.
 func (b *Binding) Name() string { return b.name }
 
-// DB returns the portable handle to the backend, for the runtime's own reads
-// and for the ledger, which namespaces its keys itself.
+// DB returns the portable handle to the backend (observed, when
+// Config.Observer is set), for programs' own keys and for components that
+// namespace their keys themselves. Its Backend method returns the driver
+// value, for driver methods such as pgkv's Drop.
 func (b *Binding) DB() *kv.DB { return b.db }
 
 // Capabilities reports what the backend provides.
@@ -296,28 +322,17 @@ func (b *Binding) RestoreAtStart() bool {
 	return !b.policy.Restore.Off && b.caps.Get && b.caps.List
 }
 
-// Mirror writes one key of the session mirror (metadata, an event batch, a
-// continuation token) at most once. A failed write is logged at warning
-// level with the store, the key and the error, counted in
-// DroppedMirrorWrites, and dropped: Mirror never fails the turn, and it
-// returns once the write succeeded or was dropped.
-func (b *Binding) Mirror(ctx context.Context, key string, value []byte) {
-	if err := b.db.Put(ctx, key, value); err != nil {
-		b.drop(ctx, key, err)
-	}
-}
-
-// drop logs and counts a dropped mirror write.
+// drop logs and counts a dropped A/B sample.
 func (b *Binding) drop(ctx context.Context, key string, err error) {
 	n := b.dropped.Add(1)
 	shown := keys.Redact(key)
-	b.log.LogAttrs(ctx, slog.LevelWarn, "storage: mirror write dropped",
+	b.log.LogAttrs(ctx, slog.LevelWarn, "storage: A/B sample dropped",
 		slog.String("store", b.name), slog.String("key", shown),
 		slog.String("err", strings.ReplaceAll(err.Error(), key, shown)), slog.Uint64("dropped_total", n))
 }
 
-// DroppedMirrorWrites returns how many mirror writes (Mirror and
-// ABs.PutSample) failed and were dropped since Define; /metrics exports it.
+// DroppedMirrorWrites returns how many A/B samples (ABs.PutSample) failed
+// and were dropped since Define: the only records written at most once.
 func (b *Binding) DroppedMirrorWrites() uint64 { return b.dropped.Load() }
 
 // Report is the capability report GET /v1/info includes as "storage".

@@ -42,8 +42,8 @@ func (e *EvalRuns) Update(ctx context.Context, runID string, update func(old jso
 			return err
 		}
 		return casUpdate(ctx, b.db, key, func(data []byte) (json.RawMessage, error) {
-			var rec evalRecord
-			if err := decodeRecord(key, data, &rec); err != nil {
+			var rec EvalRun
+			if _, err := UnmarshalRecord(KindEvalRun, key, data, &rec); err != nil {
 				return nil, err
 			}
 			return rec.Snapshot, nil
@@ -51,7 +51,7 @@ func (e *EvalRuns) Update(ctx context.Context, runID string, update func(old jso
 			if err := checkJSON("eval run snapshot", doc); err != nil {
 				return nil, err
 			}
-			return encodeRecord("eval run", evalRecord{V: FormatVersion, EvalRun: EvalRun{Agent: e.a.Name(), ID: runID, Snapshot: doc}})
+			return MarshalRecord(KindEvalRun, EvalRun{Agent: e.a.Name(), ID: runID, Snapshot: doc})
 		}, update)
 	}
 	var old json.RawMessage
@@ -94,7 +94,7 @@ func (t *ABs) UpdateSnapshot(ctx context.Context, update func(old json.RawMessag
 		}
 		return casUpdate(ctx, b.db, key, func(data []byte) (json.RawMessage, error) {
 			var rec snapshotRecord
-			if err := decodeRecord(key, data, &rec); err != nil {
+			if _, err := UnmarshalRecord(KindABSnapshot, key, data, &rec); err != nil {
 				return nil, err
 			}
 			return rec.Snapshot, nil
@@ -102,7 +102,7 @@ func (t *ABs) UpdateSnapshot(ctx context.Context, update func(old json.RawMessag
 			if err := checkJSON("A/B snapshot", doc); err != nil {
 				return nil, err
 			}
-			return encodeRecord("A/B snapshot", snapshotRecord{V: FormatVersion, Agent: t.a.Name(), Snapshot: doc})
+			return MarshalRecord(KindABSnapshot, snapshotRecord{Agent: t.a.Name(), Snapshot: doc})
 		}, update)
 	}
 	var old json.RawMessage

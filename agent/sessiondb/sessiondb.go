@@ -40,10 +40,10 @@ type Meta struct {
 	LastStatus string
 	// Token is the session's continuation token.
 	Token string
-	// MirroredSeq is the last event handed to the store's mirror (written
-	// or dropped).
+	// MirroredSeq is the last event committed to the store (see
+	// MirrorState).
 	MirroredSeq int64
-	// Batches is the number of event batches mirrored.
+	// Batches is the number of the session's last batch in the store.
 	Batches int64
 	// IndexKey is the session-index key last written for the session.
 	IndexKey string
@@ -110,7 +110,7 @@ func Open(ctx context.Context, path string) (*DB, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sessiondb: opening %s: %w", path, err)
 	}
-	if _, err := db.ExecContext(ctx, schema); err != nil {
+	if _, err := db.ExecContext(ctx, schema+mirrorSchema); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("sessiondb: preparing %s: %w", path, err)
 	}
@@ -265,18 +265,6 @@ func (d *DB) Record(ctx context.Context, m Meta, recs ...Record) error {
 	})
 }
 
-// SetMirrored records what the mirror has handed to the store: the last
-// event, the number of batches, the session-index key and whether the
-// token is there. Only those fields of m are used.
-func (d *DB) SetMirrored(ctx context.Context, m Meta) error {
-	_, err := d.db.ExecContext(ctx, `UPDATE sessions SET mirrored_seq = ?, batches = ?, index_key = ?, token_mirrored = ? WHERE id = ?`,
-		m.MirroredSeq, m.Batches, m.IndexKey, m.TokenMirrored, m.ID)
-	if err != nil {
-		return fmt.Errorf("sessiondb: %w", err)
-	}
-	return nil
-}
-
 func appendTx(ctx context.Context, tx *sql.Tx, recs []Record) error {
 	if len(recs) == 0 {
 		return nil
@@ -348,32 +336,13 @@ func scanRecords(sessionID string, rows *sql.Rows, reverse bool) ([]Record, erro
 	return out, nil
 }
 
-// Import stores a session loaded from the store, with its events, unless
-// the session is already here (local disk wins). It reports whether it
-// stored it.
-func (d *DB) Import(ctx context.Context, m Meta, recs []Record) (bool, error) {
-	imported := false
-	err := d.tx(ctx, func(tx *sql.Tx) error {
-		var one int
-		err := tx.QueryRowContext(ctx, `SELECT 1 FROM sessions WHERE id = ?`, m.ID).Scan(&one)
-		if err == nil {
-			return nil
-		}
-		if !errors.Is(err, sql.ErrNoRows) {
-			return err
-		}
-		if err := appendTx(ctx, tx, recs); err != nil {
-			return err
-		}
-		imported = true
-		return putTx(ctx, tx, m)
-	})
-	return imported, err
-}
-
-// Delete removes a session, its tokens and its events.
+// Delete removes a session, its tokens, its events, its mirror state and
+// its forked events.
 func (d *DB) Delete(ctx context.Context, id string) error {
 	return d.tx(ctx, func(tx *sql.Tx) error {
+		if err := deleteMirrorTx(ctx, tx, id); err != nil {
+			return err
+		}
 		for _, q := range []string{
 			`DELETE FROM events WHERE session_id = ?`,
 			`DELETE FROM tokens WHERE session_id = ?`,
@@ -385,25 +354,6 @@ func (d *DB) Delete(ctx context.Context, id string) error {
 		}
 		return nil
 	})
-}
-
-// Unmirrored returns the ids of sessions with events not yet handed to the
-// mirror (a process that died before its turn-end flush).
-func (d *DB) Unmirrored(ctx context.Context) ([]string, error) {
-	rows, err := d.db.QueryContext(ctx, `SELECT id FROM sessions WHERE last_seq > mirrored_seq`)
-	if err != nil {
-		return nil, fmt.Errorf("sessiondb: %w", err)
-	}
-	defer rows.Close()
-	var ids []string
-	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
-			return nil, fmt.Errorf("sessiondb: %w", err)
-		}
-		ids = append(ids, id)
-	}
-	return ids, rows.Err()
 }
 
 func (d *DB) tx(ctx context.Context, fn func(*sql.Tx) error) error {

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -129,7 +131,7 @@ func TestSessionsAndTokens(t *testing.T) {
 		t.Errorf("unknown token: %v", err)
 	}
 	// Record updates the session's state but not its mirror fields.
-	if err := db.SetMirrored(ctx, Meta{ID: "s1", MirroredSeq: 9, Batches: 2, IndexKey: "k", TokenMirrored: true}); err != nil {
+	if err := db.SetMirror(ctx, "s1", MirrorState{MirroredSeq: 9, Batch: 2, BatchID: "b2", IndexKey: "k", TokenMirrored: true, MetaSeq: 9}); err != nil {
 		t.Fatal(err)
 	}
 	m, _ := db.Get(ctx, "s1")
@@ -141,18 +143,24 @@ func TestSessionsAndTokens(t *testing.T) {
 	if got.Turns != 3 || got.LastSeq != 12 || got.MirroredSeq != 9 || got.Batches != 2 || got.IndexKey != "k" || !got.TokenMirrored || got.Token != "t1" {
 		t.Errorf("after Record %+v", got)
 	}
-	if ids, _ := db.Unmirrored(ctx); fmt.Sprint(ids) != "[s1]" {
-		t.Errorf("unmirrored %v", ids)
+	if _, st, err := db.Mirror(ctx, "s1"); err != nil || st.BatchID != "b2" || st.MetaSeq != 9 || !st.Owes(12) || st.Owes(9) {
+		t.Errorf("mirror state %+v %v", st, err)
+	}
+	if ids, _ := db.Backlog(ctx); !slices.Contains(ids, "s1") {
+		t.Errorf("backlog %v lacks s1", ids)
 	}
 	if err := db.Record(ctx, Meta{ID: "ghost"}); !errors.Is(err, ErrNotFound) {
 		t.Errorf("Record of a missing session: %v", err)
 	}
 	// Import never replaces a local session.
-	if ok, err := db.Import(ctx, Meta{ID: "s1", Turns: 99}, nil); ok || err != nil {
+	if ok, err := db.ImportMirrored(ctx, Meta{ID: "s1", Turns: 99}, nil, MirrorState{}); ok || err != nil {
 		t.Errorf("Import over a local session: %v %v", ok, err)
 	}
-	if ok, err := db.Import(ctx, Meta{ID: "new", Token: "tn"}, []Record{{SessionID: "new", Seq: 1, Data: []byte("{}")}}); !ok || err != nil {
+	if ok, err := db.ImportMirrored(ctx, Meta{ID: "new", Token: "tn", LastSeq: 1}, []Record{{SessionID: "new", Seq: 1, Data: []byte("{}")}}, MirrorState{MirroredSeq: 1, Batch: 1, BatchID: "x", MetaSeq: 1, TokenMirrored: true}); !ok || err != nil {
 		t.Errorf("Import: %v %v", ok, err)
+	}
+	if _, st, _ := db.Mirror(ctx, "new"); st.BatchID != "x" || st.Owes(1) {
+		t.Errorf("imported mirror state %+v", st)
 	}
 	if id, _ := db.SessionOfToken(ctx, "tn"); id != "new" {
 		t.Error("imported token not found")
@@ -223,4 +231,67 @@ func BenchmarkLast20(b *testing.B) {
 	b.ReportMetric(float64(appSmall.Nanoseconds())/float64(n), "ns/append_1k")
 	b.ReportMetric(float64(appLarge.Nanoseconds())/float64(n), "ns/append_100k")
 	b.ReportMetric(float64(appLarge)/float64(appSmall), "append_ratio_100k_vs_1k")
+}
+
+func TestAdoptForksOnlyWhatDiffers(t *testing.T) {
+	ctx := context.Background()
+	db, err := Open(ctx, filepath.Join(t.TempDir(), "s.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	t0 := time.Unix(1700000000, 0).UTC()
+	rec := func(seq int64, by string) Record {
+		return Record{SessionID: "s", Seq: seq, At: t0, Type: "e", Data: []byte(fmt.Sprintf(`{"seq":%d,"by":%q}`, seq, by))}
+	}
+	if err := db.Put(ctx, Meta{ID: "s", Token: "t", CreatedAt: t0, UpdatedAt: t0}); err != nil {
+		t.Fatal(err)
+	}
+	for i := int64(1); i <= 5; i++ {
+		if err := db.Record(ctx, Meta{ID: "s", LastSeq: i, UpdatedAt: t0}, rec(i, "local")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The store has events 4 and 5 as this host wrote them (its own
+	// commit, whose answer was lost) and 6 from another host: nothing is
+	// forked.
+	st := MirrorState{MirroredSeq: 6, Batch: 3, BatchID: "b3", MetaSeq: 6, TokenMirrored: true}
+	n, err := db.Adopt(ctx, Meta{ID: "s", LastSeq: 6, Turns: 2, UpdatedAt: t0}, []Record{rec(4, "local"), rec(5, "local"), rec(6, "other")}, st, "B", t0)
+	if err != nil || n != 0 {
+		t.Fatalf("Adopt of the same events: %d forked, %v", n, err)
+	}
+	// Two more local events, then the store's 7 and 8 come from another
+	// host: 7 and 8 are forked and replaced.
+	for i := int64(7); i <= 8; i++ {
+		if err := db.Record(ctx, Meta{ID: "s", LastSeq: i, UpdatedAt: t0}, rec(i, "local")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st = MirrorState{MirroredSeq: 9, Batch: 5, BatchID: "b5", MetaSeq: 9, TokenMirrored: true}
+	n, err = db.Adopt(ctx, Meta{ID: "s", LastSeq: 9, Turns: 3, UpdatedAt: t0}, []Record{rec(7, "other"), rec(8, "other"), rec(9, "other")}, st, "B", t0)
+	if err != nil || n != 2 {
+		t.Fatalf("Adopt over a fork: %d forked, %v", n, err)
+	}
+	got, _ := db.After(ctx, "s", 0, 100)
+	var by []string
+	for _, r := range got {
+		by = append(by, string(r.Data))
+	}
+	if len(got) != 9 || !strings.Contains(by[5], `"other"`) || !strings.Contains(by[6], `"other"`) || !strings.Contains(by[3], `"local"`) {
+		t.Errorf("events after the fork %q", by)
+	}
+	forks, err := db.Forked(ctx, "s")
+	if err != nil || len(forks) != 2 || forks[0].Seq != 7 || forks[0].LostTo != "B" || !strings.Contains(string(forks[1].Data), `"local"`) {
+		t.Errorf("forked events %+v %v", forks, err)
+	}
+	m, ms, _ := db.Mirror(ctx, "s")
+	if m.LastSeq != 9 || m.Turns != 3 || ms.BatchID != "b5" || ms.Owes(9) {
+		t.Errorf("after Adopt: %+v %+v", m, ms)
+	}
+	if err := db.Delete(ctx, "s"); err != nil {
+		t.Fatal(err)
+	}
+	if forks, _ := db.Forked(ctx, "s"); len(forks) != 0 {
+		t.Error("forked events survived the session's delete")
+	}
 }

@@ -4,6 +4,7 @@
 // The layout is
 //
 //	FORMAT        the layout's format version, {"format":1}
+//	HOST_ID       this host's id in the store (Root.HostID), made on first use
 //	serve.lock    the serving process's exclusive lock (flock) and PID
 //	sessions/     the local session database the runtime serves from
 //	reminders/    reminders hydrated from the store and created here

@@ -175,8 +175,11 @@ func TestInitThenServe(t *testing.T) {
 	if st := call(t, "GET", p.url+"/v1/sessions/"+s.SessionID, "", "", nil); st != 404 {
 		t.Fatalf("GET after DELETE: %d", st)
 	}
+	// Only the session's tombstone (its head) stays, so that no host
+	// brings the session back.
 	keys = run(t, parent, nil, "", "kv", "ls", "--state-root", root)
-	if keys.code != 0 || strings.Contains(keys.stdout, s.SessionID) || strings.Contains(keys.stdout, "/continuations/") {
+	left := strings.ReplaceAll(keys.stdout, "agentkit/v1/my-agent/sessions/"+s.SessionID+"/head\n", "")
+	if keys.code != 0 || strings.Contains(left, s.SessionID) || strings.Contains(keys.stdout, "/continuations/") {
 		t.Fatalf("the store after the delete still holds the session: exit %d, %q", keys.code, keys.stdout)
 	}
 	if code := p.stop(syscall.SIGINT); code != 0 {

@@ -8,69 +8,14 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"agentkit/kv"
 	"agentkit/kv/memkv"
 	"agentkit/storage"
 )
 
-func TestMirrorWrites(t *testing.T) {
-	ctx := context.Background()
-	db := memkv.New()
-	b := define(t, storage.Config{Backend: db})
-	b.Mirror(ctx, "agentkit/v1/a/sessions/s/meta", []byte(`{"v":1}`))
-	got, err := db.Get(ctx, "agentkit/v1/a/sessions/s/meta")
-	if err != nil || string(got) != `{"v":1}` {
-		t.Errorf("mirrored value %s, %v", got, err)
-	}
-	if b.DroppedMirrorWrites() != 0 {
-		t.Errorf("dropped %d", b.DroppedMirrorWrites())
-	}
-}
-
-func TestMirrorDropsFailures(t *testing.T) {
-	ctx := context.Background()
-	be := newBackend()
-	var logs logBuffer
-	b := define(t, storage.Config{Backend: be.Core(), Name: "flaky", Logger: logs.Logger()})
-	be.FailPut(errors.New("503 from upstream"))
-
-	b.Mirror(ctx, "agentkit/v1/a/sessions/s/events/00000000000000000001", []byte("x"))
-	b.Mirror(ctx, "", []byte("x")) // an invalid key is dropped the same way
-	canceled, cancel := context.WithCancel(ctx)
-	cancel()
-	be.FailPut(nil)
-	b.Mirror(canceled, "agentkit/v1/a/continuations/t", []byte("s"))
-
-	if n := b.DroppedMirrorWrites(); n != 3 {
-		t.Fatalf("DroppedMirrorWrites = %d, want 3", n)
-	}
-	var lines []map[string]any
-	for _, l := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
-		var m map[string]any
-		if err := json.Unmarshal([]byte(l), &m); err != nil {
-			t.Fatalf("log line %q: %v", l, err)
-		}
-		lines = append(lines, m)
-	}
-	if len(lines) != 3 {
-		t.Fatalf("%d log lines, want 3: %s", len(lines), logs.String())
-	}
-	first := lines[0]
-	if first["level"] != "WARN" || first["store"] != "flaky" ||
-		first["key"] != "agentkit/v1/a/sessions/s/events/00000000000000000001" ||
-		!strings.Contains(fmt.Sprint(first["err"]), "503 from upstream") || first["dropped_total"] != 1.0 {
-		t.Errorf("log line %v: want a warning with store, key, error and count", first)
-	}
-	if !strings.Contains(fmt.Sprint(lines[1]["err"]), "key is empty") {
-		t.Errorf("invalid key log %v", lines[1])
-	}
-	if !strings.Contains(fmt.Sprint(lines[2]["err"]), "context canceled") {
-		t.Errorf("canceled log %v", lines[2])
-	}
-}
-
-func TestMirrorConcurrent(t *testing.T) {
+func TestDroppedSamplesCountedConcurrently(t *testing.T) {
 	ctx := context.Background()
 	be := newBackend()
 	b := define(t, storage.Config{Backend: be.Core()})
@@ -80,7 +25,7 @@ func TestMirrorConcurrent(t *testing.T) {
 	for i := range 8 {
 		wg.Go(func() {
 			for j := range 50 {
-				b.Mirror(ctx, fmt.Sprintf("agentkit/v1/a/sessions/s%d/meta", i), nil)
+				a.ABs().PutSample(ctx, storage.ABSample{Experiment: "e", SessionID: fmt.Sprintf("s%d", i), At: time.Unix(int64(j), 0), Metrics: json.RawMessage(`{}`)})
 				_ = a.Evals().Put(ctx, fmt.Sprintf("r%d-%d", i, j), json.RawMessage(`{}`))
 			}
 		})
@@ -165,17 +110,12 @@ func TestCheckCoordination(t *testing.T) {
 	}
 }
 
-func TestMirrorDropLogHidesContinuationTokens(t *testing.T) {
+func TestTokenErrorsHideTheToken(t *testing.T) {
 	be := newBackend()
-	var logs logBuffer
-	b := define(t, storage.Config{Backend: be.Core(), Logger: logs.Logger()})
+	b := define(t, storage.Config{Backend: be.Core()})
 	be.FailPut(errors.New("connection refused"))
-	b.Mirror(context.Background(), "agentkit/v1/a/continuations/tok-s3cr3t", []byte("s"))
-	if b.DroppedMirrorWrites() != 1 {
-		t.Fatalf("dropped %d writes, want 1", b.DroppedMirrorWrites())
-	}
-	out := logs.String()
-	if strings.Contains(out, "s3cr3t") || !strings.Contains(out, "continuations/REDACTED") {
-		t.Errorf("the drop log must name the key with the token redacted; got %s", out)
+	err := agent(t, b, "a").Sessions().PutToken(context.Background(), "tok-s3cr3t", "s1")
+	if err == nil || strings.Contains(err.Error(), "s3cr3t") || !strings.Contains(err.Error(), "continuations/REDACTED") || !strings.Contains(err.Error(), "connection refused") {
+		t.Errorf("PutToken error %v: want the key named with the token redacted, and the cause", err)
 	}
 }
