@@ -87,7 +87,7 @@ func (r *Runtime) runTurn(ctx context.Context, req turnRequest) (TurnResult, err
 	}
 	if len(req.files) > 0 {
 		if err := workspace.Seed(ws, req.files); err != nil {
-			return TurnResult{}, fmt.Errorf("agent: writing workspace files: %w", err)
+			return TurnResult{}, workspaceFilesError(err)
 		}
 	}
 

@@ -117,9 +117,10 @@ func badBody(format string, args ...any) error {
 	return &bodyError{msg: fmt.Sprintf(format, args...)}
 }
 
-// decodeBody reads a JSON object into v: at most the body limit, no
-// unknown fields, nothing after the object. allowed lists the fields for
-// the error message.
+// decodeBody reads a JSON object into v: at most the body limit, UTF-8, no
+// unknown fields, field names in their exact case, no field (or nested key)
+// given twice, nothing after the object. allowed lists the fields for the
+// error message.
 func (s *Server) decodeBody(w http.ResponseWriter, r *http.Request, v any, allowed string) error {
 	body := http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes)
 	data, err := io.ReadAll(body)
@@ -133,6 +134,9 @@ func (s *Server) decodeBody(w http.ResponseWriter, r *http.Request, v any, allow
 	if len(bytes.TrimSpace(data)) == 0 {
 		return badBody("the request body is empty; send a JSON object with %s", allowed)
 	}
+	if err := checkUTF8(data); err != nil {
+		return err
+	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
@@ -141,7 +145,7 @@ func (s *Server) decodeBody(w http.ResponseWriter, r *http.Request, v any, allow
 	if dec.More() {
 		return badBody("the request body holds more than one JSON value; send one object")
 	}
-	return nil
+	return strictCheck(data, v, allowed)
 }
 
 // jsonError words a decoding error, naming the field.

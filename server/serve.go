@@ -25,6 +25,16 @@ const DefaultShutdownTimeout = 2 * time.Minute
 // address without an auth token and without Config.Insecure.
 var ErrInsecure = errors.New("server: refusing to serve a non-loopback address without an auth token")
 
+// ErrWeakToken is returned by CheckAddr and Serve for a non-loopback
+// address whose auth token is shorter than MinAuthTokenLen, without
+// Config.Insecure.
+var ErrWeakToken = errors.New("server: refusing to serve a non-loopback address with a short auth token")
+
+// MinAuthTokenLen is the shortest auth token accepted on a non-loopback
+// address: 16 bytes, so that even a token of hex digits holds 64 random
+// bits, out of reach of guessing over the network.
+const MinAuthTokenLen = 16
+
 // Config configures Serve: the handler's Options and the listener.
 type Config struct {
 	Options
@@ -142,9 +152,9 @@ func Serve(ctx context.Context, rc agent.Config, c Config) error {
 }
 
 // CheckAddr checks a listen address: HOST:PORT with a numeric port, and,
-// unless insecure, a loopback host when token is empty. A non-loopback
-// address without a token is ErrInsecure with a message saying what to
-// do.
+// unless insecure, a loopback host when token is empty or shorter than
+// MinAuthTokenLen. A non-loopback address without a token is ErrInsecure,
+// with a short one ErrWeakToken; the message says what to do.
 func CheckAddr(addr, token string, insecure bool) error {
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
@@ -153,12 +163,18 @@ func CheckAddr(addr, token string, insecure bool) error {
 	if _, err := net.LookupPort("tcp", port); err != nil || port == "" {
 		return fmt.Errorf("server: the address %q has no valid port; use a port number such as 8080, or 0 for any free port", addr)
 	}
-	if token == "" && !insecure && !IsLoopback(host) {
-		where := host
-		if where == "" {
-			where = "every interface"
-		}
+	if insecure || IsLoopback(host) {
+		return nil
+	}
+	where := host
+	if where == "" {
+		where = "every interface"
+	}
+	if token == "" {
 		return fmt.Errorf("%w: %s listens on %s; set --auth-token (or AGENTKIT_AUTH_TOKEN), listen on 127.0.0.1, or pass --insecure to serve it open", ErrInsecure, addr, where)
+	}
+	if len(token) < MinAuthTokenLen {
+		return fmt.Errorf("%w: the token is %d bytes and %s listens on %s; use a random token of at least %d bytes (such as the output of openssl rand -hex 16), or listen on 127.0.0.1", ErrWeakToken, len(token), addr, where, MinAuthTokenLen)
 	}
 	return nil
 }

@@ -87,7 +87,7 @@ type Server struct {
 	opts      Options
 	log       *slog.Logger
 	metrics   *Metrics
-	mux       *http.ServeMux
+	mux       *router
 	tokenHash []byte // sha256 of the token; nil when auth is off
 	evals     *evals.Manager
 	cors      *cors
@@ -125,7 +125,7 @@ func New(rt *agent.Runtime, opts Options) (*Server, error) {
 		opts:     opts,
 		log:      opts.Logger,
 		metrics:  opts.Metrics,
-		mux:      http.NewServeMux(),
+		mux:      newRouter(),
 		draining: make(chan struct{}),
 	}
 	if s.log == nil {
@@ -246,6 +246,11 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	tokenFromQuery(r)
 	if strings.HasPrefix(path.Clean("/"+r.URL.Path)+"/", "/v1/") && !s.authorized(rw, r) {
+		return
+	}
+	if allow := s.mux.shadowed(r, pattern); allow != "" {
+		rw.Header().Set("Allow", allow)
+		writeError(rw, http.StatusMethodNotAllowed, CodeMethodNotAllowed, r.Method+" is not allowed on "+r.URL.Path+"; allowed: "+allow)
 		return
 	}
 	if pattern == "" {

@@ -758,7 +758,7 @@ func TestCheckAddr(t *testing.T) {
 		{addr: ":8080", insecureErr: true},
 		{addr: "192.0.2.1:8080", insecureErr: true},
 		{addr: "example.internal:8080", insecureErr: true},
-		{addr: "0.0.0.0:8080", token: "t"},
+		{addr: "0.0.0.0:8080", token: "a-token-of-16-bytes"},
 		{addr: "0.0.0.0:8080", insecure: true},
 		{addr: "127.0.0.1", otherErr: true},
 		{addr: "127.0.0.1:http-ish", otherErr: true},

@@ -192,7 +192,10 @@ func (s *Server) sessionEvents(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, page)
 		return
 	}
-	if last := r.Header.Get("Last-Event-ID"); last != "" && r.URL.Query().Get("after") == "" {
+	// Last-Event-ID wins over ?after=: an EventSource reconnects to the URL
+	// it was given, after= included, and sends the id of the last event it
+	// received.
+	if last := r.Header.Get("Last-Event-ID"); last != "" {
 		n, err := strconv.ParseInt(last, 10, 64)
 		if err != nil || n < 0 {
 			s.fail(w, r, badBody("Last-Event-ID: %q is not an event sequence number; reconnect with the id of the last event received", last))
@@ -299,8 +302,8 @@ func intParam(r *http.Request, name string) (int64, error) {
 	if err != nil || n < 0 {
 		return 0, badBody("%s: %q is not a whole number of zero or more", name, v)
 	}
-	if name == "limit" && n > agent.MaxPageSize {
-		return 0, badBody("limit: %d is over the largest page, %d", n, agent.MaxPageSize)
+	if name == "limit" && (n < 1 || n > agent.MaxPageSize) {
+		return 0, badBody("limit: %d is out of range; use 1 to %d, or leave it out for %d", n, agent.MaxPageSize, agent.DefaultPageSize)
 	}
 	return n, nil
 }

@@ -45,6 +45,10 @@ var (
 	// ErrTooLarge means a file, or all files together, pass a size or count
 	// limit.
 	ErrTooLarge = errors.New("too large")
+	// ErrNotRegular means the path names something other than a regular
+	// file or folder: a named pipe, a device, a socket. The tools and Seed
+	// refuse those instead of blocking on them.
+	ErrNotRegular = errors.New("not a regular file")
 )
 
 // FileError names the workspace path a problem is about. The HTTP layer
@@ -59,8 +63,8 @@ func (e *FileError) Error() string {
 	return fmt.Sprintf("workspace file %q: %v", e.Path, e.Err)
 }
 
-// Unwrap returns the cause, which matches ErrReserved, ErrUnsafePath or
-// ErrTooLarge.
+// Unwrap returns the cause, which matches ErrReserved, ErrUnsafePath,
+// ErrNotRegular or ErrTooLarge.
 func (e *FileError) Unwrap() error { return e.Err }
 
 // CleanPath checks a workspace path and returns it cleaned, with forward
