@@ -129,7 +129,7 @@ func (r *Runtime) StartSession(ctx context.Context, req StartRequest) (TurnResul
 	if err := r.db.Put(ctx, m); err != nil {
 		return TurnResult{}, fmt.Errorf("agent: creating the session: %w", err)
 	}
-	if err := os.MkdirAll(r.workspaceDir(m.ID), 0o755); err != nil {
+	if err := os.MkdirAll(r.workspaceDir(m.ID), 0o700); err != nil {
 		return TurnResult{}, fmt.Errorf("agent: creating the session workspace: %w", err)
 	}
 	info := r.sessionInfo(m)

@@ -72,7 +72,7 @@ func (r *Runtime) runTurn(ctx context.Context, req turnRequest) (TurnResult, err
 		return TurnResult{}, err
 	}
 	dir := r.workspaceDir(m.ID)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return TurnResult{}, fmt.Errorf("agent: the session workspace: %w", err)
 	}
 	ws, err := os.OpenRoot(dir)

@@ -34,6 +34,13 @@ import (
 // appears.
 const MemoryDir = "memory"
 
+// Permissions of the folders and files the tools and Seed create: owner
+// only, like everything under a state root.
+const (
+	dirPerm  = 0o700
+	filePerm = 0o600
+)
+
 // Errors a *FileError wraps, for errors.Is.
 var (
 	// ErrReserved means the path is under memory/, which callers may not

@@ -100,11 +100,11 @@ func Seed(root *os.Root, files map[string]string) error {
 	for _, f := range list {
 		c, orig := f[0], f[1]
 		if dir := path.Dir(c); dir != "." {
-			if err := root.MkdirAll(dir, 0o755); err != nil {
+			if err := root.MkdirAll(dir, dirPerm); err != nil {
 				return &FileError{Path: orig, Err: fsError(dir, err)}
 			}
 		}
-		if err := root.WriteFile(c, []byte(files[orig]), 0o644); err != nil {
+		if err := root.WriteFile(c, []byte(files[orig]), filePerm); err != nil {
 			return &FileError{Path: orig, Err: fsError(c, err)}
 		}
 	}

@@ -531,14 +531,14 @@ func (t *tools) write(ctx context.Context, env *tool.Env, raw json.RawMessage) (
 	}
 	root := env.Workspace
 	if dir := path.Dir(clean); dir != "." {
-		if err := root.MkdirAll(dir, 0o755); err != nil {
+		if err := root.MkdirAll(dir, dirPerm); err != nil {
 			return "", fsError(dir, err)
 		}
 	}
 	if info, err := root.Stat(clean); err == nil && info.IsDir() {
 		return "", fmt.Errorf("%s is a folder; give a file path", clean)
 	}
-	if err := root.WriteFile(clean, []byte(*args.Content), 0o644); err != nil {
+	if err := root.WriteFile(clean, []byte(*args.Content), filePerm); err != nil {
 		return "", fsError(clean, err)
 	}
 	return fmt.Sprintf("wrote %d bytes to %s", len(*args.Content), clean), nil
