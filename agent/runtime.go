@@ -94,6 +94,9 @@ func Open(ctx context.Context, cfg Config) (*Runtime, error) {
 	if err := checkAgent(&cfg.Agent); err != nil {
 		return nil, err
 	}
+	if err := cfg.Timeouts.check(); err != nil {
+		return nil, err
+	}
 	switch cfg.Serving {
 	case "", ServingLocal:
 		cfg.Serving = ServingLocal

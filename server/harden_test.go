@@ -15,6 +15,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"agentkit/agent"
 	"agentkit/agent/stateroot"
@@ -23,6 +24,7 @@ import (
 	"agentkit/kv/memkv"
 	"agentkit/model"
 	"agentkit/server"
+	"agentkit/tool"
 )
 
 func echoModel(t *testing.T) model.Model {
@@ -333,5 +335,121 @@ func decodeJSON(t *testing.T, resp *http.Response, out any) {
 		if err := json.Unmarshal(data, out); err != nil {
 			t.Fatalf("the answer %q is not JSON: %v", data, err)
 		}
+	}
+}
+
+// stuckTool ignores its context and blocks until the test releases it.
+func stuckTool(entered chan<- struct{}, release <-chan struct{}) tool.Tool {
+	return tool.Tool{
+		Spec: model.ToolSpec{Name: "stuck", Description: "never returns", Parameters: json.RawMessage(`{"type":"object"}`)},
+		Run: func(context.Context, *tool.Env, json.RawMessage) (string, error) {
+			entered <- struct{}{}
+			<-release
+			return "released", nil
+		},
+	}
+}
+
+// TestServeExitsWhateverATurnDoes runs a turn whose tool ignores
+// cancellation, with a tool timeout far away, and ends Serve's context:
+// after the shutdown timeout the turn is canceled, recorded as failed, and
+// Serve returns with the state root released, so a new process can serve
+// the session.
+func TestServeExitsWhateverATurnDoes(t *testing.T) {
+	entered, release := make(chan struct{}, 1), make(chan struct{})
+	defer close(release)
+	m, err := model.NewEcho(&model.EchoConfig{Script: []model.EchoStep{{Tool: "stuck"}, {Text: "unreachable"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := agent.Agent{Name: "wedged", Model: m, Tools: []tool.Tool{stuckTool(entered, release)}}
+	root := t.TempDir()
+	store := memkv.New()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	addr := make(chan string, 1)
+	served := make(chan error, 1)
+	go func() {
+		served <- server.Serve(ctx, agent.Config{Agent: a, StateRoot: root, Store: store, Timeouts: agent.Timeouts{Tool: time.Hour}}, server.Config{
+			Addr:            "127.0.0.1:0",
+			Options:         server.Options{Logger: discardLogger()},
+			ShutdownTimeout: 200 * time.Millisecond,
+			OnListen:        func(a net.Addr) { addr <- a.String() },
+		})
+	}()
+	base := "http://" + <-addr
+	go func() {
+		resp, err := http.Post(base+"/v1/sessions", "application/json", strings.NewReader(`{"message":"hang"}`))
+		if err == nil {
+			resp.Body.Close()
+		}
+	}()
+	<-entered
+	cancel()
+	select {
+	case err := <-served:
+		if err != nil {
+			t.Fatalf("Serve: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Serve did not return within 30s of its context ending, with a turn stuck in a tool")
+	}
+	// The state root is free, and the session's turn ended failed.
+	rt, err := agent.Open(context.Background(), agent.Config{Agent: a, StateRoot: root, Store: store, Logger: discardLogger()})
+	if err != nil {
+		t.Fatalf("reopening the state root after Serve returned: %v", err)
+	}
+	defer rt.Close()
+	page, err := rt.ListSessions(context.Background(), 0, "")
+	if err != nil || len(page.Sessions) != 1 {
+		t.Fatalf("sessions after the shutdown: %+v, %v", page, err)
+	}
+	evs, err := rt.LastEvents(context.Background(), page.Sessions[0].ID, 1)
+	if err != nil || len(evs) != 1 || evs[0].Type != agent.EventTurnFinished || evs[0].Status != agent.StatusFailed || !strings.Contains(evs[0].Result, "shutting down") {
+		t.Fatalf("the last event %+v, %v; want turn.finished failed, saying the server was shutting down", evs, err)
+	}
+}
+
+// TestServeReturnsWhenACanceledTurnStillHangs wedges a turn where
+// cancellation cannot reach it (an AfterTurn hook that never returns):
+// Serve gives up on it after CancelGrace and returns ErrShutdownIncomplete,
+// so the program can exit (and the kernel drop the state root's lock).
+func TestServeReturnsWhenACanceledTurnStillHangs(t *testing.T) {
+	entered, release := make(chan struct{}, 1), make(chan struct{})
+	defer close(release)
+	a := agent.Agent{Name: "hooked", Model: echoModel(t), Hooks: agent.Hooks{AfterTurn: func(context.Context, agent.TurnInfo) error {
+		entered <- struct{}{}
+		<-release
+		return nil
+	}}}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	addr := make(chan string, 1)
+	served := make(chan error, 1)
+	go func() {
+		served <- server.Serve(ctx, agent.Config{Agent: a, StateRoot: t.TempDir(), Store: memkv.New()}, server.Config{
+			Addr:            "127.0.0.1:0",
+			Options:         server.Options{Logger: discardLogger()},
+			ShutdownTimeout: 100 * time.Millisecond,
+			CancelGrace:     100 * time.Millisecond,
+			OnListen:        func(a net.Addr) { addr <- a.String() },
+		})
+	}()
+	base := "http://" + <-addr
+	go func() {
+		resp, err := http.Post(base+"/v1/sessions", "application/json", strings.NewReader(`{"message":"hang"}`))
+		if err == nil {
+			resp.Body.Close()
+		}
+	}()
+	<-entered
+	cancel()
+	select {
+	case err := <-served:
+		if !errors.Is(err, server.ErrShutdownIncomplete) {
+			t.Fatalf("Serve: %v; want ErrShutdownIncomplete", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Serve did not return within 30s with a turn that ignores cancellation")
 	}
 }

@@ -132,7 +132,7 @@ func fsError(shown string, err error) error {
 	if errors.As(err, &pe) {
 		// The PathError names the host path; the model knows the workspace
 		// path only.
-		return fmt.Errorf("%s: %s: %v", shown, pe.Op, pe.Err)
+		return fmt.Errorf("%s: %s: %w", shown, pe.Op, pe.Err)
 	}
-	return fmt.Errorf("%s: %v", shown, err)
+	return fmt.Errorf("%s: %w", shown, err)
 }

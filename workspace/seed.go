@@ -104,8 +104,8 @@ func Seed(root *os.Root, files map[string]string) error {
 				return &FileError{Path: orig, Err: fsError(dir, err)}
 			}
 		}
-		if err := root.WriteFile(c, []byte(files[orig]), filePerm); err != nil {
-			return &FileError{Path: orig, Err: fsError(c, err)}
+		if err := writeRegular(root, c, c, []byte(files[orig])); err != nil {
+			return &FileError{Path: orig, Err: err}
 		}
 	}
 	return nil

@@ -1,12 +1,16 @@
 package cli_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"io/fs"
+	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // writerYAML is an agent whose turns write a file named after the message
@@ -121,5 +125,82 @@ func checkOwnerOnly(t *testing.T, root string) {
 	// The walk saw the layout: a broken walk must not pass on nothing.
 	if dirs < 8 || files < 5 {
 		t.Fatalf("the walk saw %d folders and %d files under %s", dirs, files, root)
+	}
+}
+
+// readerYAML is an agent whose turns read the file the message names.
+const readerYAML = `name: reader
+model:
+  provider: echo
+  script:
+    - tool: read_file
+      args: {path: "{{.UserMessage}}"}
+    - text: "read: {{.LastToolResult}}"
+`
+
+// TestNamedPipeInTheWorkspaceNeitherWedgesTurnsNorShutdown plants a FIFO
+// in a session's workspace and has the model read it. The turn must not
+// hang on it, SIGTERM must end the process, the state root's lock must be
+// released and a new server must serve the session.
+func TestNamedPipeInTheWorkspaceNeitherWedgesTurnsNorShutdown(t *testing.T) {
+	t.Parallel()
+	dir := writeProject(t, readerYAML)
+	root := filepath.Join(t.TempDir(), "state")
+	args := []string{"serve", "--addr", "127.0.0.1:0", "--state-root", root, "--shutdown-timeout", "1s"}
+	p := startServe(t, dir, nil, args...)
+	var s turnResult
+	if st := call(t, "POST", p.url+"/v1/sessions", "", `{"message":"notes.txt","workspaceFiles":{"notes.txt":"hello"}}`, &s); st != 201 || s.Turn.Result != "read: hello" {
+		t.Fatalf("start: %d %+v", st, s)
+	}
+	if err := syscall.Mkfifo(filepath.Join(root, "workspaces", s.SessionID, "pipe"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	type answer struct {
+		status int
+		res    turnResult
+		err    error
+	}
+	answered := make(chan answer, 1)
+	go func() {
+		var a answer
+		resp, err := http.Post(p.url+"/v1/sessions/continue", "application/json", strings.NewReader(fmt.Sprintf(`{"continuationToken":%q,"message":"pipe"}`, s.ContinuationToken)))
+		if err == nil {
+			a.status = resp.StatusCode
+			a.err = json.NewDecoder(resp.Body).Decode(&a.res)
+			resp.Body.Close()
+		}
+		if err != nil {
+			a.err = err
+		}
+		answered <- a
+	}()
+	// Wait until the turn has called read_file on the pipe.
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		var page struct{ Events []struct{ Type, Tool string } }
+		call(t, "GET", p.url+"/v1/sessions/"+s.SessionID+"/events?after=6", "", "", &page)
+		if len(page.Events) >= 3 && page.Events[2].Type == "tool.call" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the second turn did not call read_file: %+v", page.Events)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if code := p.stop(syscall.SIGTERM); code != 0 {
+		t.Fatalf("serve exited %d after SIGTERM", code)
+	}
+	var a answer
+	select {
+	case a = <-answered:
+	case <-time.After(60 * time.Second):
+		t.Fatal("the turn that read the pipe got no answer, though the server exited")
+	}
+	if a.err != nil || a.status != 200 || !strings.Contains(a.res.Turn.Result, "named pipe") {
+		t.Fatalf("the turn that read the pipe: %d %+v, %v; want it answered with the tool's refusal", a.status, a.res, a.err)
+	}
+	p = startServe(t, dir, nil, args...)
+	if st, r := continueWith(t, p.url, "", s.ContinuationToken, "notes.txt"); st != 200 || r.Turn.Result != "read: hello" {
+		t.Fatalf("continue after the restart: %d %+v", st, r)
 	}
 }

@@ -41,6 +41,7 @@ type serveFlags struct {
 	insecure                                          bool
 	maxBody                                           byteSize
 	shutdownTimeout                                   time.Duration
+	timeouts                                          timeoutFlags
 	logFormat, logLevel                               string
 	corsOrigins                                       string
 }
@@ -63,7 +64,8 @@ func runServe(e *env, args []string, dev bool) error {
 	}
 	fs.StringVar(&f.corsOrigins, "cors-origins", "", "comma-separated origins of browser pages allowed to call the API, such as https://chat.example.com (overrides cors.origins in agentkit.yaml; default none)")
 	fs.Var(&f.maxBody, "max-body-bytes", "request body limit, such as 1MiB; larger bodies get 413")
-	fs.DurationVar(&f.shutdownTimeout, "shutdown-timeout", server.DefaultShutdownTimeout, "how long to let running turns finish after SIGINT or SIGTERM")
+	fs.DurationVar(&f.shutdownTimeout, "shutdown-timeout", server.DefaultShutdownTimeout, "how long to let running turns finish after SIGINT or SIGTERM; then they are canceled and recorded as failed")
+	f.timeouts.register(fs)
 	logFormat, logLevel := "json", "info"
 	if dev {
 		logFormat, logLevel = "text", "debug"
@@ -79,6 +81,9 @@ func runServe(e *env, args []string, dev bool) error {
 	}
 	if f.shutdownTimeout <= 0 {
 		return usagef("--shutdown-timeout %s: use a positive duration such as 30s", f.shutdownTimeout)
+	}
+	if err := f.timeouts.check(); err != nil {
+		return err
 	}
 	if dev {
 		host, _, err := net.SplitHostPort(f.addr)
@@ -127,6 +132,7 @@ func runServe(e *env, args []string, dev bool) error {
 		return err
 	}
 	defer closeStore()
+	f.timeouts.apply(&rc)
 	rc.StateRoot = f.stateRoot
 	rc.Logger = log
 	err = server.Serve(ctx, rc, server.Config{
