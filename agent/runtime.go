@@ -56,6 +56,8 @@ type Runtime struct {
 	reminders *reminders
 	ab        *abtest.Recorder
 
+	claims keyClaims // Idempotency-Keys of running requests
+
 	mu       sync.Mutex
 	sessions map[string]*sessionState
 	subs     map[string]map[*subscriber]struct{}

@@ -107,6 +107,7 @@ func (r *Runtime) StartSession(ctx context.Context, req StartRequest) (TurnResul
 		checkText("channelId", req.ChannelID, false, MaxChannelBytes),
 		checkText("title", req.Title, false, MaxTitleBytes),
 		checkFiles(req.WorkspaceFiles),
+		checkKey(req.IdempotencyKey, req.IdempotencyKey != ""),
 	} {
 		if err != nil {
 			return TurnResult{}, err
@@ -117,6 +118,11 @@ func (r *Runtime) StartSession(ctx context.Context, req StartRequest) (TurnResul
 		return TurnResult{}, err
 	}
 	defer exit()
+	idem, res, replayed, release, err := r.keyed(ctx, keyRouteStart, req.IdempotencyKey, startHash(req, req.ChannelID), "", req.OnEvent)
+	if err != nil || replayed {
+		return res, err
+	}
+	defer release()
 	now := r.now().UTC()
 	m := sessiondb.Meta{
 		ID:        newID(),
@@ -137,7 +143,7 @@ func (r *Runtime) StartSession(ctx context.Context, req StartRequest) (TurnResul
 	note := r.firstPromptNote(ctx, info)
 	return r.runTurn(ctx, turnRequest{
 		sessionID: m.ID, message: req.Message, files: req.WorkspaceFiles,
-		source: SourceAPI, note: note, onEvent: req.OnEvent,
+		source: SourceAPI, note: note, onEvent: req.OnEvent, idem: idem,
 		enrolled: r.enroll(m.ID, m.ChannelID),
 	})
 }
@@ -229,6 +235,7 @@ func (r *Runtime) Continue(ctx context.Context, req ContinueRequest) (TurnResult
 	for _, err := range []error{
 		checkText("message", req.Message, true, MaxMessageBytes),
 		checkFiles(req.WorkspaceFiles),
+		checkKey(req.IdempotencyKey, req.IdempotencyKey != ""),
 	} {
 		if err != nil {
 			return TurnResult{}, err
@@ -243,9 +250,14 @@ func (r *Runtime) Continue(ctx context.Context, req ContinueRequest) (TurnResult
 	if err != nil {
 		return TurnResult{}, err
 	}
-	res, err := r.runTurn(ctx, turnRequest{
+	idem, res, replayed, release, err := r.keyed(ctx, keyRouteContinue, req.IdempotencyKey, continueHash(req), id, req.OnEvent)
+	if err != nil || replayed {
+		return res, err
+	}
+	defer release()
+	res, err = r.runTurn(ctx, turnRequest{
 		sessionID: id, message: req.Message, files: req.WorkspaceFiles,
-		source: SourceAPI, onEvent: req.OnEvent,
+		source: SourceAPI, onEvent: req.OnEvent, idem: idem, noWait: req.NoWait,
 	})
 	if errors.Is(err, ErrSessionNotFound) {
 		// Deleted (here or on another host) since the token was issued.
@@ -497,9 +509,18 @@ func (r *Runtime) removeLocal(ctx context.Context, id string) error {
 }
 
 // lockSession waits until no turn of the session runs, then holds it. It
-// returns ErrBusy (with ctx's error) if ctx ends first.
+// returns ErrBusy (with ctx's error) if ctx ends first; with ctx already
+// done it takes a free session and answers ErrBusy for a busy one, without
+// waiting.
 func (r *Runtime) lockSession(ctx context.Context, id string) (*sessionState, func(), error) {
 	st, unref := r.refSession(id)
+	// A free session is taken at once, even with ctx done: a caller that
+	// must not wait passes a done context.
+	select {
+	case st.lock <- struct{}{}:
+		return st, func() { <-st.lock; unref() }, nil
+	default:
+	}
 	select {
 	case st.lock <- struct{}{}:
 		return st, func() { <-st.lock; unref() }, nil

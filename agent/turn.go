@@ -25,6 +25,8 @@ type turnRequest struct {
 	note      string // the first-prompt note (first turn only)
 	onEvent   func(Event)
 	enrolled  map[string]string // A/B variants (first turn only)
+	idem      *Idempotency      // the request's Idempotency-Key, recorded with turn.started
+	noWait    bool              // a busy session is ErrBusy at once
 }
 
 // turn is a running turn.
@@ -44,7 +46,11 @@ type turn struct {
 // records turn.started, runs the model/tool loop, records turn.finished,
 // flushes the mirror and runs the AfterTurn hooks.
 func (r *Runtime) runTurn(ctx context.Context, req turnRequest) (TurnResult, error) {
-	st, release, err := r.lockSession(ctx, req.sessionID)
+	lockCtx := ctx
+	if req.noWait {
+		lockCtx = noWaitContext(ctx)
+	}
+	st, release, err := r.lockSession(lockCtx, req.sessionID)
 	if err != nil {
 		return TurnResult{}, err
 	}
@@ -96,7 +102,7 @@ func (r *Runtime) runTurn(ctx context.Context, req turnRequest) (TurnResult, err
 	started := r.now()
 	t := &turn{r: r, st: st, meta: m, number: m.Turns + 1, onEvent: req.onEvent, ctx: wctx, model: vs.model}
 	t.meta.Turns = t.number
-	startEv := Event{Type: EventTurnStarted, Source: req.source, Message: req.message, Note: note}
+	startEv := Event{Type: EventTurnStarted, Source: req.source, Message: req.message, Note: note, Idempotency: req.idem}
 	if m.Turns == 0 {
 		startEv.Experiments = vs.enrolled
 	}

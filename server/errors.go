@@ -15,19 +15,21 @@ import (
 
 // Error codes of the JSON error answers.
 const (
-	CodeInvalid          = "invalid_request"    // 400: the message names the field
-	CodeReservedPath     = "reserved_path"      // 400: a workspace file under memory/
-	CodeUnauthorized     = "unauthorized"       // 401
-	CodeNotFound         = "not_found"          // 404: no such route
-	CodeUnknownToken     = "unknown_token"      // 404
-	CodeSessionNotFound  = "session_not_found"  // 404
-	CodeReminderNotFound = "reminder_not_found" // 404
-	CodeMethodNotAllowed = "method_not_allowed" // 405
-	CodeSessionBusy      = "session_busy"       // 409
-	CodeTooLarge         = "body_too_large"     // 413
-	CodeStoreUnavailable = "store_unavailable"  // 503
-	CodeShuttingDown     = "shutting_down"      // 503
-	CodeInternal         = "internal"           // 500
+	CodeInvalid          = "invalid_request"        // 400: the message names the field
+	CodeReservedPath     = "reserved_path"          // 400: a workspace file under memory/
+	CodeUnauthorized     = "unauthorized"           // 401
+	CodeNotFound         = "not_found"              // 404: no such route
+	CodeUnknownToken     = "unknown_token"          // 404
+	CodeSessionNotFound  = "session_not_found"      // 404
+	CodeReminderNotFound = "reminder_not_found"     // 404
+	CodeMethodNotAllowed = "method_not_allowed"     // 405
+	CodeSessionBusy      = "session_busy"           // 409
+	CodeKeyInUse         = "idempotency_key_in_use" // 409: a request with this Idempotency-Key is running
+	CodeKeyReused        = "idempotency_key_reused" // 422: the Idempotency-Key names another request
+	CodeTooLarge         = "body_too_large"         // 413
+	CodeStoreUnavailable = "store_unavailable"      // 503
+	CodeShuttingDown     = "shutting_down"          // 503
+	CodeInternal         = "internal"               // 500
 )
 
 // errorBody is the JSON shape of every error answer.
@@ -86,7 +88,11 @@ func (s *Server) classify(r *http.Request, err error) (int, string, string) {
 		s.log.Warn("server: the store is unavailable", "requestId", requestID(r.Context()), "error", err)
 		return http.StatusServiceUnavailable, CodeStoreUnavailable, "the store is unavailable; retry later (the server log has the details)"
 	case errors.Is(err, agent.ErrBusy):
-		return http.StatusConflict, CodeSessionBusy, "another turn of this session is running; retry when it ends"
+		return http.StatusConflict, CodeSessionBusy, "another turn of this session is running; retry when it ends (send an Idempotency-Key, and the same one on every retry, so a retry never runs the turn twice)"
+	case errors.Is(err, agent.ErrKeyInUse):
+		return http.StatusConflict, CodeKeyInUse, "a request with this Idempotency-Key is running; retry when it has answered, and the retry gets its answer"
+	case errors.Is(err, agent.ErrKeyReused):
+		return http.StatusUnprocessableEntity, CodeKeyReused, strings.TrimPrefix(err.Error(), agent.ErrKeyReused.Error()+": ")
 	case errors.Is(err, agent.ErrClosed):
 		return http.StatusServiceUnavailable, CodeShuttingDown, "the server is shutting down; retry on another host or after the restart"
 	}
@@ -101,8 +107,11 @@ func fieldMessage(ie *agent.InvalidError) string {
 
 func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	status, code, msg := s.classify(r, err)
-	if status == http.StatusServiceUnavailable {
+	switch status {
+	case http.StatusServiceUnavailable:
 		w.Header().Set("Retry-After", "5")
+	case http.StatusConflict:
+		w.Header().Set("Retry-After", "1")
 	}
 	writeError(w, status, code, msg)
 }

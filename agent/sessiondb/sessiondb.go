@@ -110,7 +110,7 @@ func Open(ctx context.Context, path string) (*DB, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sessiondb: opening %s: %w", path, err)
 	}
-	if _, err := db.ExecContext(ctx, schema+mirrorSchema); err != nil {
+	if _, err := db.ExecContext(ctx, schema+mirrorSchema+idempotencySchema); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("sessiondb: preparing %s: %w", path, err)
 	}

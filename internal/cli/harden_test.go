@@ -3,6 +3,7 @@ package cli_test
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"io/fs"
 	"net/http"
 	"os"
@@ -202,5 +203,72 @@ func TestNamedPipeInTheWorkspaceNeitherWedgesTurnsNorShutdown(t *testing.T) {
 	p = startServe(t, dir, nil, args...)
 	if st, r := continueWith(t, p.url, "", s.ContinuationToken, "notes.txt"); st != 200 || r.Turn.Result != "read: hello" {
 		t.Fatalf("continue after the restart: %d %+v", st, r)
+	}
+}
+
+// TestIdempotencyKeyAcrossAKill sends keyed requests to a server, kills it
+// (SIGKILL) in the middle of a keyed turn, and retries both on a new
+// server over the same state root: the finished turn's answer comes back
+// as it was, the interrupted turn is reported failed, and neither runs
+// again.
+func TestIdempotencyKeyAcrossAKill(t *testing.T) {
+	t.Parallel()
+	dir := writeProject(t, slowYAML)
+	root := filepath.Join(t.TempDir(), "state")
+	args := []string{"serve", "--addr", "127.0.0.1:0", "--state-root", root}
+	p := startServe(t, dir, nil, args...)
+	post := func(base, path, body, key string) (int, string) {
+		req, _ := http.NewRequest("POST", base+path, strings.NewReader(body))
+		req.Header.Set("Idempotency-Key", key)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatalf("POST %s: %v", path, err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	st1, first := post(p.url, "/v1/sessions", `{"message":"one"}`, "key-one")
+	var s turnResult
+	if err := json.Unmarshal([]byte(first), &s); err != nil || st1 != 201 {
+		t.Fatalf("start: %d %s", st1, first)
+	}
+	cont := fmt.Sprintf(`{"continuationToken":%q,"message":"two"}`, s.ContinuationToken)
+	go func() {
+		req, _ := http.NewRequest("POST", p.url+"/v1/sessions/continue", strings.NewReader(cont))
+		req.Header.Set("Idempotency-Key", "key-two")
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			resp.Body.Close()
+		}
+	}()
+	// Kill the server while the second turn waits in its three-second step.
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		var page struct{ Events []struct{ Type string } }
+		call(t, "GET", p.url+"/v1/sessions/"+s.SessionID+"/events?after=6", "", "", &page)
+		if len(page.Events) >= 4 && page.Events[3].Type == "tool.result" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the second turn did not reach its slow step: %+v", page.Events)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	p.stop(syscall.SIGKILL)
+
+	p = startServe(t, dir, nil, args...)
+	if st, again := post(p.url, "/v1/sessions", `{"message":"one"}`, "key-one"); st != 201 || again != first {
+		t.Fatalf("the retried start after the kill: %d %s; want %s", st, again, first)
+	}
+	st, again := post(p.url, "/v1/sessions/continue", cont, "key-two")
+	var r turnResult
+	json.Unmarshal([]byte(again), &r)
+	if st != 200 || r.SessionID != s.SessionID || r.Turn.Status != "failed" || !strings.Contains(r.Turn.Result, "interrupted") {
+		t.Fatalf("the retried interrupted turn: %d %s; want 200, failed, saying it was interrupted", st, again)
+	}
+	var got struct{ Session sessionMeta }
+	call(t, "GET", p.url+"/v1/sessions/"+s.SessionID, "", "", &got)
+	if got.Session.Turns != 2 {
+		t.Fatalf("the session has %d turns; want 2 (no retry ran a turn)", got.Session.Turns)
 	}
 }
