@@ -449,11 +449,12 @@ func decodeEvent(rec sessiondb.Record) (Event, error) {
 // DeleteSession deletes a session for every host: in the store its head
 // becomes a tombstone (so no host's later write, restore or token lookup
 // brings it back) and its batches, metadata, token and index entries are
-// removed; here its events, token, forked events, reminders and workspace
-// are removed. It waits for a running turn of the session to end. A
-// session that is nowhere is ErrSessionNotFound; a store failure is
-// ErrStoreUnavailable and leaves the local copy in place, so the delete can
-// be retried.
+// removed; here its events, token, forked events, reminders, workspace and
+// memory journal records are removed, and the SQLite write-ahead logs that
+// held them are checkpointed. It waits for a running turn of the session
+// to end. A session that is nowhere is ErrSessionNotFound; a store failure
+// is ErrStoreUnavailable and leaves the local copy in place, so the delete
+// can be retried.
 func (r *Runtime) DeleteSession(ctx context.Context, id string) error {
 	exit, err := r.enter()
 	if err != nil {
@@ -489,14 +490,18 @@ func (r *Runtime) DeleteSession(ctx context.Context, id string) error {
 	return r.removeLocal(ctx, id)
 }
 
-// removeLocal removes a session from this host: its reminders, its rows in
-// the local database (events, token, mirror state, forks), its workspace
-// and its subscriptions.
+// removeLocal removes a session from this host: its reminders, its records
+// in the memory journal, its rows in the local database (events, token,
+// mirror state, forks, idempotency keys), its workspace and its
+// subscriptions, then checkpoints the SQLite write-ahead logs.
 func (r *Runtime) removeLocal(ctx context.Context, id string) error {
 	if r.reminders != nil {
 		if err := r.reminders.deleteSession(ctx, id); err != nil {
 			return err
 		}
+	}
+	if err := r.mem.PurgeSession(ctx, id); err != nil {
+		return fmt.Errorf("agent: removing the session's records from the memory journal: %w", err)
 	}
 	if err := r.db.Delete(ctx, id); err != nil {
 		return err
@@ -504,6 +509,7 @@ func (r *Runtime) removeLocal(ctx context.Context, id string) error {
 	if err := os.RemoveAll(r.workspaceDir(id)); err != nil {
 		r.logger(id).Warn("agent: removing the session workspace failed", "error", err)
 	}
+	r.checkpointAfterDelete(ctx, id)
 	r.closeSubscribers(id)
 	return nil
 }

@@ -1,6 +1,7 @@
 package cli_test
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -270,5 +271,59 @@ func TestIdempotencyKeyAcrossAKill(t *testing.T) {
 	call(t, "GET", p.url+"/v1/sessions/"+s.SessionID, "", "", &got)
 	if got.Session.Turns != 2 {
 		t.Fatalf("the session has %d turns; want 2 (no retry ran a turn)", got.Session.Turns)
+	}
+}
+
+// TestDeleteLeavesNoTrace deletes a session from a running server and
+// searches every file under the state root (the memory journal, the
+// SQLite databases and their write-ahead logs) for its message, answer
+// and continuation token: a deleted session must not stay readable, by
+// the other sessions' model through memory/ or by anyone reading the
+// files.
+func TestDeleteLeavesNoTrace(t *testing.T) {
+	t.Parallel()
+	dir := writeProject(t, "name: forgetful\n")
+	root := filepath.Join(t.TempDir(), "state")
+	p := startServe(t, dir, nil, "serve", "--addr", "127.0.0.1:0", "--state-root", root)
+	secret := "secret-" + strings.Repeat("x", 8) + fmt.Sprint(time.Now().UnixNano())
+	s := start(t, p.url, "", secret+" first")
+	continueWith(t, p.url, "", s.ContinuationToken, secret+" second")
+	kept := start(t, p.url, "", "kept-session")
+	traces := func() []string {
+		var found []string
+		filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+			if err != nil || !d.Type().IsRegular() {
+				return nil
+			}
+			b, err := os.ReadFile(path)
+			if err != nil {
+				return nil
+			}
+			for _, needle := range []string{secret, s.ContinuationToken, s.SessionID} {
+				if bytes.Contains(b, []byte(needle)) {
+					rel, _ := filepath.Rel(root, path)
+					found = append(found, rel+" holds "+needle[:min(len(needle), 16)]+"…")
+				}
+			}
+			return nil
+		})
+		return found
+	}
+	if len(traces()) == 0 {
+		t.Fatal("no trace of the session before the delete: the search is broken")
+	}
+	if st := call(t, "DELETE", p.url+"/v1/sessions/"+s.SessionID, "", "", nil); st != 204 {
+		t.Fatalf("DELETE: %d", st)
+	}
+	if found := traces(); len(found) > 0 {
+		t.Fatalf("after the delete, with the server running: %s", strings.Join(found, "; "))
+	}
+	journal, _ := os.ReadFile(filepath.Join(root, "memory", "journal.jsonl"))
+	if !strings.Contains(string(journal), kept.SessionID) {
+		t.Fatalf("the other session's record left the journal: %q", journal)
+	}
+	p.stop(syscall.SIGTERM)
+	if found := traces(); len(found) > 0 {
+		t.Fatalf("after the delete and a stop: %s", strings.Join(found, "; "))
 	}
 }
