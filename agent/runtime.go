@@ -242,7 +242,7 @@ func (r *Runtime) Info() Info {
 		Storage:       r.binding.Report(),
 		DefaultStore:  r.ownStore != nil,
 		Memory:        r.mem.Enabled(),
-		JournalPath:   r.mem.JournalPath(),
+		JournalPath:   r.mem.WorkspaceJournalPath(),
 		MirrorDropped: failed,
 		MirrorBacklog: backlog,
 		MirrorForks:   forks,

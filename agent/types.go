@@ -193,10 +193,12 @@ type ReminderRequest struct {
 
 // Info describes the running agent, for GET /v1/info.
 type Info struct {
-	Agent     string `json:"agent"`
-	Model     string `json:"model"`
-	Serving   string `json:"serving"`
-	StateRoot string `json:"stateRoot"`
+	Agent   string `json:"agent"`
+	Model   string `json:"model"`
+	Serving string `json:"serving"`
+	// StateRoot is the state root's absolute path. It is not sent to API
+	// clients: a host's paths are the operator's business.
+	StateRoot string `json:"-"`
 	MaxSteps  int    `json:"maxSteps"`
 	// Storage is the store's name, capabilities, table modes and the
 	// policy in force (defaults filled in).
@@ -205,7 +207,9 @@ type Info struct {
 	// root (kv/kv.db).
 	DefaultStore bool `json:"defaultStore"`
 	Memory       bool `json:"memory"`
-	// JournalPath is the memory journal's path, empty with memory off.
+	// JournalPath is the memory journal's path in a session workspace
+	// (memory/journal.jsonl, where the model's file tools read it), empty
+	// with memory off. Its host path is memory.JournalPath(StateRoot).
 	JournalPath string `json:"journalPath,omitempty"`
 	// MirrorDropped counts mirror writes the store refused since Open (the
 	// name is older than the retries): each was kept and retried.

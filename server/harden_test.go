@@ -453,3 +453,31 @@ func TestServeReturnsWhenACanceledTurnStillHangs(t *testing.T) {
 		t.Fatal("Serve did not return within 30s with a turn that ignores cancellation")
 	}
 }
+
+// TestNoHostPathsReachClients: the first turn's note and /v1/info name the
+// memory journal by its path in the workspace, and no answer names the
+// host's state root.
+func TestNoHostPathsReachClients(t *testing.T) {
+	f := newFixture(t, fixtureOpts{})
+	root := f.rt.StateRoot()
+	var s agent.TurnResult
+	f.do("POST", "/v1/sessions", `{"message":"hi"}`, &s)
+	for _, path := range []string{"/v1/info", "/v1/sessions/" + s.SessionID, "/v1/sessions", "/v1/sessions/" + s.SessionID + "/events"} {
+		resp := f.send("GET", path, "", nil)
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if strings.Contains(string(body), root) || strings.Contains(string(body), "stateRoot") {
+			t.Errorf("GET %s names the state root: %s", path, body)
+		}
+	}
+	var info struct{ JournalPath string }
+	f.do("GET", "/v1/info", "", &info)
+	if info.JournalPath != "memory/journal.jsonl" {
+		t.Errorf("info.journalPath %q; want memory/journal.jsonl", info.JournalPath)
+	}
+	var page agent.EventPage
+	f.do("GET", "/v1/sessions/"+s.SessionID+"/events", "", &page)
+	if note := page.Events[0].Note; !strings.Contains(note, "memory/journal.jsonl") {
+		t.Errorf("the first turn's note %q does not name memory/journal.jsonl", note)
+	}
+}

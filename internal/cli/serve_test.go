@@ -158,7 +158,7 @@ func TestInitThenServe(t *testing.T) {
 		Memory                      bool
 	}
 	call(t, "GET", p.url+"/v1/info", "", "", &info)
-	if info.Agent != "my-agent" || info.Serving != "local" || !info.Memory || !strings.HasPrefix(info.JournalPath, dir) {
+	if info.Agent != "my-agent" || info.Serving != "local" || !info.Memory || info.JournalPath != "memory/journal.jsonl" {
 		t.Fatalf("info %+v", info)
 	}
 
