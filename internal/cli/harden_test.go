@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -325,5 +326,79 @@ func TestDeleteLeavesNoTrace(t *testing.T) {
 	p.stop(syscall.SIGTERM)
 	if found := traces(); len(found) > 0 {
 		t.Fatalf("after the delete and a stop: %s", strings.Join(found, "; "))
+	}
+}
+
+// TestSmallerCLIRefusals: version -h has no empty Flags section; the
+// ledger refusal names no internal document; a short auth token is
+// refused off loopback.
+func TestSmallerCLIRefusals(t *testing.T) {
+	t.Parallel()
+	dir := writeProject(t, "name: small\n")
+	r := run(t, dir, nil, "", "version", "-h")
+	if r.code != 0 || strings.Contains(r.stdout, "Flags") || !strings.Contains(r.stdout, "Usage: agentkit version") {
+		t.Errorf("version -h: exit %d, stdout %q; want the usage without an empty Flags section", r.code, r.stdout)
+	}
+	if r := run(t, dir, nil, "", "serve", "-h"); r.code != 0 || !strings.Contains(r.stdout, "Flags") || !strings.Contains(r.stdout, "-turn-timeout") {
+		t.Errorf("serve -h: exit %d, stdout %q; want its flags, --turn-timeout among them", r.code, r.stdout)
+	}
+	ledger := writeProject(t, "name: small\nserving: ledger\n")
+	for _, c := range []struct {
+		dir  string
+		args []string
+	}{
+		{dir, []string{"serve", "--addr", "127.0.0.1:0", "--serving", "ledger"}},
+		{ledger, []string{"serve", "--addr", "127.0.0.1:0"}},
+	} {
+		r := run(t, c.dir, nil, "", c.args...)
+		if r.code != 2 || !strings.Contains(r.stderr, "not available in this build") || !strings.Contains(r.stderr, "local") {
+			t.Errorf("agentkit %v: exit %d, stderr %q; want exit 2 saying ledger is not available in this build and to use local", c.args, r.code, r.stderr)
+		}
+		for _, internal := range []string{".md", "spec", "issue"} {
+			if strings.Contains(r.stderr, internal) {
+				t.Errorf("agentkit %v: the refusal %q names an internal document (%q)", c.args, r.stderr, internal)
+			}
+		}
+	}
+	r = run(t, dir, nil, "", "serve", "--addr", "0.0.0.0:0", "--auth-token", "short-token")
+	if r.code != 2 || !strings.Contains(r.stderr, "--auth-token") || !strings.Contains(r.stderr, "16") {
+		t.Errorf("serve with a short token on 0.0.0.0: exit %d, stderr %q; want exit 2 naming --auth-token and the 16-byte minimum", r.code, r.stderr)
+	}
+	for _, flag := range []string{"--turn-timeout", "--tool-timeout"} {
+		if r := run(t, dir, nil, "", "serve", flag, "-1s"); r.code != 2 || !strings.Contains(r.stderr, flag) {
+			t.Errorf("serve %s -1s: exit %d, stderr %q", flag, r.code, r.stderr)
+		}
+	}
+}
+
+// TestInitGoOutsideTheSourceTree runs init --go with the built binary
+// (which lives outside the checkout) in a folder outside the checkout:
+// the project must build offline, from the module cache.
+func TestInitGoOutsideTheSourceTree(t *testing.T) {
+	t.Parallel()
+	parent := t.TempDir()
+	if r := run(t, parent, nil, "", "init", "--go", "outside"); r.code != 0 {
+		t.Fatalf("init --go: exit %d, stderr %q", r.code, r.stderr)
+	}
+	dir := filepath.Join(parent, "outside")
+	build := exec.Command("go", "build", "-o", filepath.Join(dir, "outside"), ".")
+	build.Dir = dir
+	build.Env = append(cleanEnv(), "GOFLAGS=-mod=readonly", "GOPROXY=off", "GOWORK=off")
+	if out, err := build.CombinedOutput(); err != nil {
+		gomod, _ := os.ReadFile(filepath.Join(dir, "go.mod"))
+		t.Fatalf("go build of an init --go project made outside the checkout: %v\n%s\ngo.mod:\n%s", err, out, gomod)
+	}
+	// --source names the checkout explicitly; a folder that is not one is
+	// refused before anything is written.
+	repo, _ := filepath.Abs("../..")
+	if r := run(t, parent, nil, "", "init", "--go", "--source", repo, "explicit"); r.code != 0 {
+		t.Fatalf("init --go --source: exit %d, stderr %q", r.code, r.stderr)
+	}
+	r := run(t, parent, nil, "", "init", "--go", "--source", parent, "wrong")
+	if r.code != 2 || !strings.Contains(r.stderr, "--source") {
+		t.Fatalf("init --go --source with a folder that is not agentkit: exit %d, stderr %q", r.code, r.stderr)
+	}
+	if _, err := os.Stat(filepath.Join(parent, "wrong")); err == nil {
+		t.Fatal("the refused init wrote the project folder")
 	}
 }

@@ -20,9 +20,9 @@ import (
 	"agentkit/model"
 )
 
-// ledgerUnavailable is the refusal of serving: ledger until the ledger
-// (05-ledger.md) is in the build.
-const ledgerUnavailable = "serving mode ledger (durable sessions across hosts, spec 05-ledger.md) is not in this build yet: it comes with the ledger issue; use serving: local (the default) until then"
+// ledgerUnavailable is the refusal of serving: ledger by a build without
+// the ledger.
+const ledgerUnavailable = "serving mode ledger (durable sessions across hosts) is not available in this build of agentkit; use serving: local (the default)"
 
 // DefaultAgentName is the name of the built-in agent "agentkit run" runs
 // when there is no project folder.

@@ -58,7 +58,7 @@ func runServe(e *env, args []string, dev bool) error {
 	fs.StringVar(&f.addr, "addr", server.DefaultAddr, "HOST:PORT to listen on; port 0 picks a free port")
 	fs.StringVar(&f.storage, "storage", "", "store URL, overriding storage: in agentkit.yaml (empty: the embedded SQLite store under the state root)")
 	fs.StringVar(&f.serving, "serving", "", "serving mode, overriding serving: in agentkit.yaml: local or ledger")
-	fs.StringVar(&f.authToken, "auth-token", "", "bearer token every /v1/ route requires (empty: no auth; only allowed on loopback unless --insecure)")
+	fs.StringVar(&f.authToken, "auth-token", "", fmt.Sprintf("bearer token every /v1/ route requires (empty: no auth; off loopback a token of at least %d bytes is required, unless --insecure)", server.MinAuthTokenLen))
 	if !dev {
 		fs.BoolVar(&f.insecure, "insecure", false, "allow a non-loopback --addr without --auth-token")
 	}
@@ -92,7 +92,11 @@ func runServe(e *env, args []string, dev bool) error {
 		}
 	}
 	if err := server.CheckAddr(f.addr, f.authToken, f.insecure); err != nil {
-		return usagef("--addr: %s", strings.TrimPrefix(err.Error(), "server: "))
+		flagName := "--addr"
+		if errors.Is(err, server.ErrWeakToken) {
+			flagName = "--auth-token"
+		}
+		return usagef("%s: %s", flagName, strings.TrimPrefix(err.Error(), "server: "))
 	}
 	if strings.ContainsAny(f.authToken, " \t\r\n") {
 		return usagef("--auth-token: the token contains white space; use printable characters without spaces")
