@@ -2,6 +2,7 @@ package cli_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -360,7 +361,7 @@ func TestSmallerCLIRefusals(t *testing.T) {
 			}
 		}
 	}
-	r = run(t, dir, nil, "", "serve", "--addr", "0.0.0.0:0", "--auth-token", "short-token")
+	r = runWithin(t, 30*time.Second, dir, "serve", "--addr", "0.0.0.0:0", "--auth-token", "short-token", "--state-root", t.TempDir())
 	if r.code != 2 || !strings.Contains(r.stderr, "--auth-token") || !strings.Contains(r.stderr, "16") {
 		t.Errorf("serve with a short token on 0.0.0.0: exit %d, stderr %q; want exit 2 naming --auth-token and the 16-byte minimum", r.code, r.stderr)
 	}
@@ -401,4 +402,28 @@ func TestInitGoOutsideTheSourceTree(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(parent, "wrong")); err == nil {
 		t.Fatal("the refused init wrote the project folder")
 	}
+}
+
+// runWithin runs the built binary like run, killing it after d: for
+// commands that must refuse at once and would otherwise serve forever.
+func runWithin(t *testing.T, d time.Duration, dir string, args ...string) result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, agentkitBin, args...)
+	cmd.Dir = dir
+	cmd.Env = cleanEnv()
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	if ctx.Err() != nil {
+		t.Fatalf("agentkit %v was still running after %v; want it to refuse at once", args, d)
+	}
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatalf("running agentkit %v: %v", args, err)
+	}
+	return result{out.String(), errb.String(), code}
 }
