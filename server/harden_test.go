@@ -79,7 +79,8 @@ func TestRouteTableIsDocumented(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, pattern := range f.srv.Routes() {
-		if !strings.Contains(string(doc), "`"+pattern+"`") {
+		// The docs write the exact-match root "GET /{$}" as "GET /".
+		if !strings.Contains(string(doc), "`"+strings.TrimSuffix(pattern, "{$}")+"`") {
 			t.Errorf("docs/http-api.md does not list the route `%s`", pattern)
 		}
 	}
