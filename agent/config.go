@@ -57,6 +57,9 @@ type Config struct {
 	// the stored snapshot while it changes; zero means
 	// abtest.DefaultFlushInterval. Close flushes once more.
 	ABFlushInterval time.Duration
+	// Timeouts bound turns and tool calls; the zero value means the
+	// defaults (DefaultTurnTimeout, DefaultToolTimeout).
+	Timeouts Timeouts
 	// Now is the clock; nil means time.Now. Tests set it.
 	Now func() time.Time
 }

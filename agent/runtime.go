@@ -56,6 +56,8 @@ type Runtime struct {
 	reminders *reminders
 	ab        *abtest.Recorder
 
+	claims keyClaims // Idempotency-Keys of running requests
+
 	mu       sync.Mutex
 	sessions map[string]*sessionState
 	subs     map[string]map[*subscriber]struct{}
@@ -92,6 +94,9 @@ type sessionState struct {
 // a store without Put or with a partial CAS group, a negative policy value.
 func Open(ctx context.Context, cfg Config) (*Runtime, error) {
 	if err := checkAgent(&cfg.Agent); err != nil {
+		return nil, err
+	}
+	if err := cfg.Timeouts.check(); err != nil {
 		return nil, err
 	}
 	switch cfg.Serving {
@@ -237,7 +242,7 @@ func (r *Runtime) Info() Info {
 		Storage:       r.binding.Report(),
 		DefaultStore:  r.ownStore != nil,
 		Memory:        r.mem.Enabled(),
-		JournalPath:   r.mem.JournalPath(),
+		JournalPath:   r.mem.WorkspaceJournalPath(),
 		MirrorDropped: failed,
 		MirrorBacklog: backlog,
 		MirrorForks:   forks,

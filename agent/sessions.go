@@ -107,6 +107,7 @@ func (r *Runtime) StartSession(ctx context.Context, req StartRequest) (TurnResul
 		checkText("channelId", req.ChannelID, false, MaxChannelBytes),
 		checkText("title", req.Title, false, MaxTitleBytes),
 		checkFiles(req.WorkspaceFiles),
+		checkKey(req.IdempotencyKey, req.IdempotencyKey != ""),
 	} {
 		if err != nil {
 			return TurnResult{}, err
@@ -117,6 +118,11 @@ func (r *Runtime) StartSession(ctx context.Context, req StartRequest) (TurnResul
 		return TurnResult{}, err
 	}
 	defer exit()
+	idem, res, replayed, release, err := r.keyed(ctx, keyRouteStart, req.IdempotencyKey, startHash(req, req.ChannelID), "", req.OnEvent)
+	if err != nil || replayed {
+		return res, err
+	}
+	defer release()
 	now := r.now().UTC()
 	m := sessiondb.Meta{
 		ID:        newID(),
@@ -129,7 +135,7 @@ func (r *Runtime) StartSession(ctx context.Context, req StartRequest) (TurnResul
 	if err := r.db.Put(ctx, m); err != nil {
 		return TurnResult{}, fmt.Errorf("agent: creating the session: %w", err)
 	}
-	if err := os.MkdirAll(r.workspaceDir(m.ID), 0o755); err != nil {
+	if err := os.MkdirAll(r.workspaceDir(m.ID), 0o700); err != nil {
 		return TurnResult{}, fmt.Errorf("agent: creating the session workspace: %w", err)
 	}
 	info := r.sessionInfo(m)
@@ -137,7 +143,7 @@ func (r *Runtime) StartSession(ctx context.Context, req StartRequest) (TurnResul
 	note := r.firstPromptNote(ctx, info)
 	return r.runTurn(ctx, turnRequest{
 		sessionID: m.ID, message: req.Message, files: req.WorkspaceFiles,
-		source: SourceAPI, note: note, onEvent: req.OnEvent,
+		source: SourceAPI, note: note, onEvent: req.OnEvent, idem: idem,
 		enrolled: r.enroll(m.ID, m.ChannelID),
 	})
 }
@@ -229,6 +235,7 @@ func (r *Runtime) Continue(ctx context.Context, req ContinueRequest) (TurnResult
 	for _, err := range []error{
 		checkText("message", req.Message, true, MaxMessageBytes),
 		checkFiles(req.WorkspaceFiles),
+		checkKey(req.IdempotencyKey, req.IdempotencyKey != ""),
 	} {
 		if err != nil {
 			return TurnResult{}, err
@@ -243,9 +250,14 @@ func (r *Runtime) Continue(ctx context.Context, req ContinueRequest) (TurnResult
 	if err != nil {
 		return TurnResult{}, err
 	}
-	res, err := r.runTurn(ctx, turnRequest{
+	idem, res, replayed, release, err := r.keyed(ctx, keyRouteContinue, req.IdempotencyKey, continueHash(req), id, req.OnEvent)
+	if err != nil || replayed {
+		return res, err
+	}
+	defer release()
+	res, err = r.runTurn(ctx, turnRequest{
 		sessionID: id, message: req.Message, files: req.WorkspaceFiles,
-		source: SourceAPI, onEvent: req.OnEvent,
+		source: SourceAPI, onEvent: req.OnEvent, idem: idem, noWait: req.NoWait,
 	})
 	if errors.Is(err, ErrSessionNotFound) {
 		// Deleted (here or on another host) since the token was issued.
@@ -437,11 +449,12 @@ func decodeEvent(rec sessiondb.Record) (Event, error) {
 // DeleteSession deletes a session for every host: in the store its head
 // becomes a tombstone (so no host's later write, restore or token lookup
 // brings it back) and its batches, metadata, token and index entries are
-// removed; here its events, token, forked events, reminders and workspace
-// are removed. It waits for a running turn of the session to end. A
-// session that is nowhere is ErrSessionNotFound; a store failure is
-// ErrStoreUnavailable and leaves the local copy in place, so the delete can
-// be retried.
+// removed; here its events, token, forked events, reminders, workspace and
+// memory journal records are removed, and the SQLite write-ahead logs that
+// held them are checkpointed. It waits for a running turn of the session
+// to end. A session that is nowhere is ErrSessionNotFound; a store failure
+// is ErrStoreUnavailable and leaves the local copy in place, so the delete
+// can be retried.
 func (r *Runtime) DeleteSession(ctx context.Context, id string) error {
 	exit, err := r.enter()
 	if err != nil {
@@ -477,14 +490,18 @@ func (r *Runtime) DeleteSession(ctx context.Context, id string) error {
 	return r.removeLocal(ctx, id)
 }
 
-// removeLocal removes a session from this host: its reminders, its rows in
-// the local database (events, token, mirror state, forks), its workspace
-// and its subscriptions.
+// removeLocal removes a session from this host: its reminders, its records
+// in the memory journal, its rows in the local database (events, token,
+// mirror state, forks, idempotency keys), its workspace and its
+// subscriptions, then checkpoints the SQLite write-ahead logs.
 func (r *Runtime) removeLocal(ctx context.Context, id string) error {
 	if r.reminders != nil {
 		if err := r.reminders.deleteSession(ctx, id); err != nil {
 			return err
 		}
+	}
+	if err := r.mem.PurgeSession(ctx, id); err != nil {
+		return fmt.Errorf("agent: removing the session's records from the memory journal: %w", err)
 	}
 	if err := r.db.Delete(ctx, id); err != nil {
 		return err
@@ -492,14 +509,24 @@ func (r *Runtime) removeLocal(ctx context.Context, id string) error {
 	if err := os.RemoveAll(r.workspaceDir(id)); err != nil {
 		r.logger(id).Warn("agent: removing the session workspace failed", "error", err)
 	}
+	r.checkpointAfterDelete(ctx, id)
 	r.closeSubscribers(id)
 	return nil
 }
 
 // lockSession waits until no turn of the session runs, then holds it. It
-// returns ErrBusy (with ctx's error) if ctx ends first.
+// returns ErrBusy (with ctx's error) if ctx ends first; with ctx already
+// done it takes a free session and answers ErrBusy for a busy one, without
+// waiting.
 func (r *Runtime) lockSession(ctx context.Context, id string) (*sessionState, func(), error) {
 	st, unref := r.refSession(id)
+	// A free session is taken at once, even with ctx done: a caller that
+	// must not wait passes a done context.
+	select {
+	case st.lock <- struct{}{}:
+		return st, func() { <-st.lock; unref() }, nil
+	default:
+	}
 	select {
 	case st.lock <- struct{}{}:
 		return st, func() { <-st.lock; unref() }, nil

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 
-	"agentkit/agent/stateroot"
 	"agentkit/kv"
 	"agentkit/storage"
 )
@@ -19,7 +18,11 @@ func (r *Runtime) openStore(ctx context.Context) error {
 	backend := r.cfg.Store
 	name := r.cfg.StoreName
 	if backend == nil {
-		db, err := kv.Open(ctx, stateroot.DefaultStoreURL(r.root.Dir()))
+		url, err := r.root.PrepareDefaultStore()
+		if err != nil {
+			return fmt.Errorf("agent: opening the default store: %w", err)
+		}
+		db, err := kv.Open(ctx, url)
 		if err != nil {
 			return fmt.Errorf("agent: opening the default store: %w", err)
 		}

@@ -25,6 +25,8 @@ type turnRequest struct {
 	note      string // the first-prompt note (first turn only)
 	onEvent   func(Event)
 	enrolled  map[string]string // A/B variants (first turn only)
+	idem      *Idempotency      // the request's Idempotency-Key, recorded with turn.started
+	noWait    bool              // a busy session is ErrBusy at once
 }
 
 // turn is a running turn.
@@ -44,7 +46,11 @@ type turn struct {
 // records turn.started, runs the model/tool loop, records turn.finished,
 // flushes the mirror and runs the AfterTurn hooks.
 func (r *Runtime) runTurn(ctx context.Context, req turnRequest) (TurnResult, error) {
-	st, release, err := r.lockSession(ctx, req.sessionID)
+	lockCtx := ctx
+	if req.noWait {
+		lockCtx = noWaitContext(ctx)
+	}
+	st, release, err := r.lockSession(lockCtx, req.sessionID)
 	if err != nil {
 		return TurnResult{}, err
 	}
@@ -53,6 +59,8 @@ func (r *Runtime) runTurn(ctx context.Context, req turnRequest) (TurnResult, err
 	if err := r.mirror.beforeTurn(wctx, st, req.sessionID); err != nil && !errors.Is(err, sessiondb.ErrNotFound) {
 		return TurnResult{}, err
 	}
+	ctx, cancel := r.turnContext(ctx)
+	defer cancel()
 	m, err := r.db.Get(wctx, req.sessionID)
 	if errors.Is(err, sessiondb.ErrNotFound) {
 		return TurnResult{}, fmt.Errorf("%w: %s (deleted while the turn waited)", ErrSessionNotFound, req.sessionID)
@@ -72,7 +80,7 @@ func (r *Runtime) runTurn(ctx context.Context, req turnRequest) (TurnResult, err
 		return TurnResult{}, err
 	}
 	dir := r.workspaceDir(m.ID)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return TurnResult{}, fmt.Errorf("agent: the session workspace: %w", err)
 	}
 	ws, err := os.OpenRoot(dir)
@@ -87,14 +95,14 @@ func (r *Runtime) runTurn(ctx context.Context, req turnRequest) (TurnResult, err
 	}
 	if len(req.files) > 0 {
 		if err := workspace.Seed(ws, req.files); err != nil {
-			return TurnResult{}, fmt.Errorf("agent: writing workspace files: %w", err)
+			return TurnResult{}, workspaceFilesError(err)
 		}
 	}
 
 	started := r.now()
 	t := &turn{r: r, st: st, meta: m, number: m.Turns + 1, onEvent: req.onEvent, ctx: wctx, model: vs.model}
 	t.meta.Turns = t.number
-	startEv := Event{Type: EventTurnStarted, Source: req.source, Message: req.message, Note: note}
+	startEv := Event{Type: EventTurnStarted, Source: req.source, Message: req.message, Note: note, Idempotency: req.idem}
 	if m.Turns == 0 {
 		startEv.Experiments = vs.enrolled
 	}
@@ -154,8 +162,14 @@ func (t *turn) loop(ctx context.Context, env *tool.Env, msgs []model.Message) (T
 	r := t.r
 	var usage model.Usage
 	for step := 1; step <= r.maxSteps; step++ {
+		if ctx.Err() != nil {
+			return StatusFailed, stopMessage(ctx), usage, nil
+		}
 		resp, err := generate(ctx, t.model, model.Request{Messages: msgs, Tools: r.specs})
 		if err != nil {
+			if ctx.Err() != nil {
+				return StatusFailed, stopMessage(ctx), usage, nil
+			}
 			t.failure = err
 			return StatusFailed, "model error: " + err.Error(), usage, nil
 		}
@@ -180,6 +194,9 @@ func (t *turn) loop(ctx context.Context, env *tool.Env, msgs []model.Message) (T
 		}
 		msgs = append(msgs, model.Message{Role: model.RoleAssistant, Content: resp.Message.Content, ToolCalls: calls})
 		for _, call := range calls {
+			if ctx.Err() != nil {
+				return StatusFailed, stopMessage(ctx), usage, nil
+			}
 			args := call.Arguments
 			if len(args) == 0 {
 				args = json.RawMessage("{}")
@@ -195,16 +212,6 @@ func (t *turn) loop(ctx context.Context, env *tool.Env, msgs []model.Message) (T
 		}
 	}
 	return StatusFailed, fmt.Sprintf("the turn reached the step limit of %d model calls without a final answer; raise the agent's MaxSteps or ask for less in one turn", r.maxSteps), usage, nil
-}
-
-// generate calls the model, turning a panic into an error.
-func generate(ctx context.Context, m model.Model, req model.Request) (resp model.Response, err error) {
-	defer func() {
-		if p := recover(); p != nil {
-			err = fmt.Errorf("the model panicked: %v", p)
-		}
-	}()
-	return m.Generate(ctx, req)
 }
 
 // validJSON returns args, or args as a JSON string when they are not valid
@@ -234,17 +241,7 @@ func (t *turn) runTool(ctx context.Context, env *tool.Env, name string, args jso
 	if !json.Valid(args) {
 		return fmt.Sprintf("error: the arguments of %s are not valid JSON; send a JSON object matching its parameters", name), true
 	}
-	defer func() {
-		if p := recover(); p != nil {
-			t.r.logger(env.SessionID).Error("agent: tool panicked", "tool", name, "panic", p)
-			out, isErr = fmt.Sprintf("error: the tool %s failed unexpectedly", name), true
-		}
-	}()
-	res, err := tl.Run(ctx, env, args)
-	if err != nil {
-		return "error: " + err.Error(), true
-	}
-	return res, false
+	return t.callTool(ctx, env, name, tl.Run, args)
 }
 
 // record stores one event of the turn on local disk, with the session's

@@ -26,6 +26,13 @@ type StartRequest struct {
 	// quickly, as the turn waits for it. The session id is in every event,
 	// so a server can stream a new session's first turn.
 	OnEvent func(Event)
+	// IdempotencyKey, when set, names the request: a retry with the same
+	// key and the same fields gets the first turn's answer (and its events
+	// through OnEvent) instead of starting a second session, here or after
+	// a restart; with other fields it is ErrKeyReused; while the first
+	// runs, ErrKeyInUse. 1 to MaxIdempotencyKeyLen printable ASCII
+	// characters, such as a random UUID.
+	IdempotencyKey string
 }
 
 // ContinueRequest runs a follow-up turn in the session a continuation
@@ -40,6 +47,15 @@ type ContinueRequest struct {
 	WorkspaceFiles map[string]string
 	// OnEvent receives the turn's progress events, as in StartRequest.
 	OnEvent func(Event)
+	// IdempotencyKey names the request, as in StartRequest: a retry gets
+	// the first turn's answer instead of running a second turn. A key first
+	// sent for another session is ErrKeyReused.
+	IdempotencyKey string
+	// NoWait makes a follow-up that finds its session running another turn
+	// fail at once with ErrBusy, instead of waiting (until ctx ends) for
+	// that turn to finish. The HTTP server sets it: a busy session answers
+	// 409 at once.
+	NoWait bool
 }
 
 // TurnResult is the answer to StartSession and Continue.
@@ -49,6 +65,9 @@ type TurnResult struct {
 	// for every turn of a session and valid for the session's life.
 	ContinuationToken string `json:"continuationToken"`
 	Turn              Turn   `json:"turn"`
+	// Replayed is true when the answer is that of an earlier request with
+	// the same IdempotencyKey, not of a turn run now.
+	Replayed bool `json:"-"`
 }
 
 // Turn is how one turn ended.
@@ -134,6 +153,10 @@ type Event struct {
 	// its variant, on the session's first turn.started event: the source
 	// of truth of the session's enrolment.
 	Experiments map[string]string `json:"experiments,omitempty"`
+
+	// Idempotency is the client's Idempotency-Key, on the turn.started
+	// event of a turn that a keyed request started.
+	Idempotency *Idempotency `json:"idempotency,omitempty"`
 }
 
 // EventPage is one page of Events.
@@ -170,10 +193,12 @@ type ReminderRequest struct {
 
 // Info describes the running agent, for GET /v1/info.
 type Info struct {
-	Agent     string `json:"agent"`
-	Model     string `json:"model"`
-	Serving   string `json:"serving"`
-	StateRoot string `json:"stateRoot"`
+	Agent   string `json:"agent"`
+	Model   string `json:"model"`
+	Serving string `json:"serving"`
+	// StateRoot is the state root's absolute path. It is not sent to API
+	// clients: a host's paths are the operator's business.
+	StateRoot string `json:"-"`
 	MaxSteps  int    `json:"maxSteps"`
 	// Storage is the store's name, capabilities, table modes and the
 	// policy in force (defaults filled in).
@@ -182,7 +207,9 @@ type Info struct {
 	// root (kv/kv.db).
 	DefaultStore bool `json:"defaultStore"`
 	Memory       bool `json:"memory"`
-	// JournalPath is the memory journal's path, empty with memory off.
+	// JournalPath is the memory journal's path in a session workspace
+	// (memory/journal.jsonl, where the model's file tools read it), empty
+	// with memory off. Its host path is memory.JournalPath(StateRoot).
 	JournalPath string `json:"journalPath,omitempty"`
 	// MirrorDropped counts mirror writes the store refused since Open (the
 	// name is older than the retries): each was kept and retried.

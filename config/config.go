@@ -21,6 +21,9 @@
 //	    maxAge: 14d
 //	    maxTotalBytes: 512MiB
 //	  # or: restore: off
+//	timeouts:
+//	  turn: 10m                     # a turn is stopped (and fails) after this; the default
+//	  tool: 2m                      # a tool call is stopped (an error to the model); the default
 //	experiments:
 //	  - name: tone
 //	    variants:
@@ -103,6 +106,9 @@ type File struct {
 	Serving string
 	// Policy holds the mirror debounce and the restore caps.
 	Policy agent.Policy
+	// Timeouts bound turns and tool calls; zero fields mean the runtime's
+	// defaults.
+	Timeouts agent.Timeouts
 	// Experiments are the A/B experiments (docs/ab.md).
 	Experiments []Experiment
 	// Evals tunes eval runs: the history window and the heartbeat.
@@ -237,7 +243,7 @@ func (f *File) Agent() (agent.Agent, error) {
 }
 
 // RuntimeConfig returns the agent.Config the file describes: the agent,
-// policy, serving mode and memory switch. The caller sets StateRoot and,
+// policy, serving mode, memory switch and timeouts. The caller sets StateRoot and,
 // when Storage is not empty, Store (kv.Open(ctx, f.Storage)), plus a logger
 // and an observer.
 func (f *File) RuntimeConfig() (agent.Config, error) {
@@ -246,10 +252,11 @@ func (f *File) RuntimeConfig() (agent.Config, error) {
 		return agent.Config{}, err
 	}
 	return agent.Config{
-		Agent:   a,
-		Policy:  f.Policy,
-		Serving: f.Serving,
-		Memory:  agent.Memory{Off: !f.Memory, MaxTextLength: f.MemoryMaxText},
+		Agent:    a,
+		Policy:   f.Policy,
+		Serving:  f.Serving,
+		Memory:   agent.Memory{Off: !f.Memory, MaxTextLength: f.MemoryMaxText},
+		Timeouts: f.Timeouts,
 	}, nil
 }
 

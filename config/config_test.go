@@ -31,6 +31,9 @@ policy:
     maxSessions: 500
     maxAge: 14d
     maxTotalBytes: 512MiB
+timeouts:
+  turn: 5m
+  tool: 45s
 experiments:
   - name: tone
     variants:
@@ -59,6 +62,9 @@ func TestParseFull(t *testing.T) {
 	r := f.Policy.Restore
 	if f.Policy.Debounce != 30*time.Second || r.Off || r.MaxSessions != 500 || r.MaxAge != 14*24*time.Hour || r.MaxTotalBytes != 512<<20 {
 		t.Errorf("policy = %+v", f.Policy)
+	}
+	if f.Timeouts.Turn != 5*time.Minute || f.Timeouts.Tool != 45*time.Second {
+		t.Errorf("timeouts = %+v", f.Timeouts)
 	}
 	if len(f.Experiments) != 1 || f.Experiments[0].Name != "tone" || len(f.Experiments[0].Variants) != 2 {
 		t.Fatalf("experiments = %+v", f.Experiments)
@@ -153,6 +159,9 @@ func TestErrors(t *testing.T) {
 		{"name: a\nexperiments:\n  - name: x\n    variants: [{name: a, weight: 0}, {name: b}]\n", []string{"weight", "positive"}},
 		{"name: a\nmodel:\n  script:\n    - {tool: x, text: y}\n", []string{"model.script[0]", "exactly one of tool, text or error"}},
 		{"name: a\nname: b\n", []string{"name: given twice"}},
+		{"name: a\ntimeouts:\n  turn: 0s\n", []string{"timeouts.turn", "duration"}},
+		{"name: a\ntimeouts:\n  tool: forever\n", []string{"timeouts.tool", "30s"}},
+		{"name: a\ntimeouts:\n  tools: 1m\n", []string{`unknown field "tools" in timeouts`, "turn, tool"}},
 		{"name: [a\n", []string{"not valid YAML"}},
 		{"", []string{"empty"}},
 		{"name: a\n---\nname: b\n", []string{"more than one YAML document"}},
@@ -178,7 +187,7 @@ func TestErrors(t *testing.T) {
 
 func TestLoad(t *testing.T) {
 	dir := t.TempDir()
-	os.WriteFile(filepath.Join(dir, FileName), []byte("name: a\nmemory: {enabled: true, maxTextLength: 50}\n"), 0o644)
+	os.WriteFile(filepath.Join(dir, FileName), []byte("name: a\nmemory: {enabled: true, maxTextLength: 50}\ntimeouts: {tool: 90s}\n"), 0o644)
 	os.WriteFile(filepath.Join(dir, DefaultInstructions), []byte("Be brief."), 0o644)
 	f, err := Load(dir)
 	if err != nil {
@@ -191,7 +200,7 @@ func TestLoad(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.Agent.Name != "a" || cfg.Agent.Instructions != "Be brief." || cfg.Memory.Off || cfg.Memory.MaxTextLength != 50 || cfg.Serving != "local" {
+	if cfg.Agent.Name != "a" || cfg.Agent.Instructions != "Be brief." || cfg.Memory.Off || cfg.Memory.MaxTextLength != 50 || cfg.Serving != "local" || cfg.Timeouts.Tool != 90*time.Second || cfg.Timeouts.Turn != 0 {
 		t.Errorf("runtime config %+v", cfg)
 	}
 

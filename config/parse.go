@@ -200,7 +200,7 @@ func (p *parser) parse(data []byte) (*File, error) {
 		return nil, &Error{File: p.file, Msg: "YAML anchors and aliases are not supported; write the values out"}
 	}
 	f := &File{Instructions: DefaultInstructions, Memory: true, Serving: agent.ServingLocal}
-	top := p.fields(root, "", "name", "instructions", "maxSteps", "model", "memory", "storage", "serving", "policy", "experiments", "evals", "cors")
+	top := p.fields(root, "", "name", "instructions", "maxSteps", "model", "memory", "storage", "serving", "policy", "timeouts", "experiments", "evals", "cors")
 	if v, ok := top["name"]; ok {
 		f.Name = p.str(v, "name")
 	}
@@ -235,6 +235,9 @@ func (p *parser) parse(data []byte) (*File, error) {
 	}
 	if v, ok := top["policy"]; ok {
 		f.Policy = p.policy(v, "policy")
+	}
+	if v, ok := top["timeouts"]; ok {
+		f.Timeouts = p.timeouts(v, "timeouts")
 	}
 	if v, ok := top["experiments"]; ok {
 		f.Experiments = p.experiments(v, "experiments")
@@ -478,6 +481,19 @@ func (p *parser) memory(n *yaml.Node, f *File) {
 		return
 	}
 	f.Memory = p.boolean(n, "memory")
+}
+
+// timeouts reads the timeouts section: turn and tool, positive durations.
+func (p *parser) timeouts(n *yaml.Node, path string) agent.Timeouts {
+	var t agent.Timeouts
+	m := p.fields(n, path, "turn", "tool")
+	if v, ok := m["turn"]; ok {
+		t.Turn, _ = parseDuration(p.duration(v, join(path, "turn"), false))
+	}
+	if v, ok := m["tool"]; ok {
+		t.Tool, _ = parseDuration(p.duration(v, join(path, "tool"), false))
+	}
+	return t
 }
 
 func (p *parser) policy(n *yaml.Node, path string) agent.Policy {

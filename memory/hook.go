@@ -121,14 +121,23 @@ func (h *Hook) JournalPath() string {
 	return JournalPath(h.info.StateRoot)
 }
 
+// WorkspaceJournalPath returns the journal's path in a session workspace
+// (WorkspaceJournalPath), or "" when memory is off.
+func (h *Hook) WorkspaceJournalPath() string {
+	if !h.Enabled() {
+		return ""
+	}
+	return WorkspaceJournalPath
+}
+
 // FirstPromptNote returns the sentence to add to the first prompt of each
-// session (the package-level FirstPromptNote for JournalPath), or "" when
-// memory is off.
+// session (the package-level FirstPromptNote for WorkspaceJournalPath, the
+// path the model's file tools read), or "" when memory is off.
 func (h *Hook) FirstPromptNote() string {
 	if !h.Enabled() {
 		return ""
 	}
-	return FirstPromptNote(h.JournalPath())
+	return FirstPromptNote(WorkspaceJournalPath)
 }
 
 // PrepareSession runs the backend's PrepareSession, if it has one, when

@@ -91,8 +91,11 @@ func TestHookDefaultJournal(t *testing.T) {
 	if h.JournalPath() != filepath.Join(root, "memory", "journal.jsonl") {
 		t.Errorf("JournalPath = %s", h.JournalPath())
 	}
-	if note := h.FirstPromptNote(); !strings.Contains(note, h.JournalPath()) {
-		t.Errorf("FirstPromptNote %q does not name %s", note, h.JournalPath())
+	if note := h.FirstPromptNote(); !strings.Contains(note, "memory/journal.jsonl") || strings.Contains(note, root) {
+		t.Errorf("FirstPromptNote %q does not name memory/journal.jsonl, or names the host path %s", note, root)
+	}
+	if h.WorkspaceJournalPath() != "memory/journal.jsonl" {
+		t.Errorf("WorkspaceJournalPath = %s", h.WorkspaceJournalPath())
 	}
 
 	if err := h.Close(); err != nil {

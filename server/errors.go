@@ -15,19 +15,21 @@ import (
 
 // Error codes of the JSON error answers.
 const (
-	CodeInvalid          = "invalid_request"    // 400: the message names the field
-	CodeReservedPath     = "reserved_path"      // 400: a workspace file under memory/
-	CodeUnauthorized     = "unauthorized"       // 401
-	CodeNotFound         = "not_found"          // 404: no such route
-	CodeUnknownToken     = "unknown_token"      // 404
-	CodeSessionNotFound  = "session_not_found"  // 404
-	CodeReminderNotFound = "reminder_not_found" // 404
-	CodeMethodNotAllowed = "method_not_allowed" // 405
-	CodeSessionBusy      = "session_busy"       // 409
-	CodeTooLarge         = "body_too_large"     // 413
-	CodeStoreUnavailable = "store_unavailable"  // 503
-	CodeShuttingDown     = "shutting_down"      // 503
-	CodeInternal         = "internal"           // 500
+	CodeInvalid          = "invalid_request"        // 400: the message names the field
+	CodeReservedPath     = "reserved_path"          // 400: a workspace file under memory/
+	CodeUnauthorized     = "unauthorized"           // 401
+	CodeNotFound         = "not_found"              // 404: no such route
+	CodeUnknownToken     = "unknown_token"          // 404
+	CodeSessionNotFound  = "session_not_found"      // 404
+	CodeReminderNotFound = "reminder_not_found"     // 404
+	CodeMethodNotAllowed = "method_not_allowed"     // 405
+	CodeSessionBusy      = "session_busy"           // 409
+	CodeKeyInUse         = "idempotency_key_in_use" // 409: a request with this Idempotency-Key is running
+	CodeKeyReused        = "idempotency_key_reused" // 422: the Idempotency-Key names another request
+	CodeTooLarge         = "body_too_large"         // 413
+	CodeStoreUnavailable = "store_unavailable"      // 503
+	CodeShuttingDown     = "shutting_down"          // 503
+	CodeInternal         = "internal"               // 500
 )
 
 // errorBody is the JSON shape of every error answer.
@@ -86,7 +88,11 @@ func (s *Server) classify(r *http.Request, err error) (int, string, string) {
 		s.log.Warn("server: the store is unavailable", "requestId", requestID(r.Context()), "error", err)
 		return http.StatusServiceUnavailable, CodeStoreUnavailable, "the store is unavailable; retry later (the server log has the details)"
 	case errors.Is(err, agent.ErrBusy):
-		return http.StatusConflict, CodeSessionBusy, "another turn of this session is running; retry when it ends"
+		return http.StatusConflict, CodeSessionBusy, "another turn of this session is running; retry when it ends (send an Idempotency-Key, and the same one on every retry, so a retry never runs the turn twice)"
+	case errors.Is(err, agent.ErrKeyInUse):
+		return http.StatusConflict, CodeKeyInUse, "a request with this Idempotency-Key is running; retry when it has answered, and the retry gets its answer"
+	case errors.Is(err, agent.ErrKeyReused):
+		return http.StatusUnprocessableEntity, CodeKeyReused, strings.TrimPrefix(err.Error(), agent.ErrKeyReused.Error()+": ")
 	case errors.Is(err, agent.ErrClosed):
 		return http.StatusServiceUnavailable, CodeShuttingDown, "the server is shutting down; retry on another host or after the restart"
 	}
@@ -101,8 +107,11 @@ func fieldMessage(ie *agent.InvalidError) string {
 
 func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	status, code, msg := s.classify(r, err)
-	if status == http.StatusServiceUnavailable {
+	switch status {
+	case http.StatusServiceUnavailable:
 		w.Header().Set("Retry-After", "5")
+	case http.StatusConflict:
+		w.Header().Set("Retry-After", "1")
 	}
 	writeError(w, status, code, msg)
 }
@@ -117,9 +126,10 @@ func badBody(format string, args ...any) error {
 	return &bodyError{msg: fmt.Sprintf(format, args...)}
 }
 
-// decodeBody reads a JSON object into v: at most the body limit, no
-// unknown fields, nothing after the object. allowed lists the fields for
-// the error message.
+// decodeBody reads a JSON object into v: at most the body limit, UTF-8, no
+// unknown fields, field names in their exact case, no field (or nested key)
+// given twice, nothing after the object. allowed lists the fields for the
+// error message.
 func (s *Server) decodeBody(w http.ResponseWriter, r *http.Request, v any, allowed string) error {
 	body := http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes)
 	data, err := io.ReadAll(body)
@@ -133,6 +143,9 @@ func (s *Server) decodeBody(w http.ResponseWriter, r *http.Request, v any, allow
 	if len(bytes.TrimSpace(data)) == 0 {
 		return badBody("the request body is empty; send a JSON object with %s", allowed)
 	}
+	if err := checkUTF8(data); err != nil {
+		return err
+	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
@@ -141,7 +154,7 @@ func (s *Server) decodeBody(w http.ResponseWriter, r *http.Request, v any, allow
 	if dec.More() {
 		return badBody("the request body holds more than one JSON value; send one object")
 	}
-	return nil
+	return strictCheck(data, v, allowed)
 }
 
 // jsonError words a decoding error, naming the field.

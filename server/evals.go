@@ -83,7 +83,7 @@ func (s *Server) openEvals() error {
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.evals.Stop()
 	if err := s.evals.Wait(ctx); err != nil {
-		s.cancelTurns()
+		s.cancelTurns(errShuttingDown)
 		return s.evals.Wait(context.Background())
 	}
 	return nil

@@ -25,6 +25,26 @@ const DefaultShutdownTimeout = 2 * time.Minute
 // address without an auth token and without Config.Insecure.
 var ErrInsecure = errors.New("server: refusing to serve a non-loopback address without an auth token")
 
+// ErrWeakToken is returned by CheckAddr and Serve for a non-loopback
+// address whose auth token is shorter than MinAuthTokenLen, without
+// Config.Insecure.
+var ErrWeakToken = errors.New("server: refusing to serve a non-loopback address with a short auth token")
+
+// ErrShutdownIncomplete is returned by Serve when turns were still running
+// CancelGrace after they were canceled at the end of the shutdown timeout.
+// The runtime is left open (its state root locked) for them; the program
+// should exit, which releases the lock.
+var ErrShutdownIncomplete = errors.New("server: turns did not stop after they were canceled")
+
+// DefaultCancelGrace is how long Serve waits for canceled turns to end when
+// Config.CancelGrace is zero.
+const DefaultCancelGrace = 10 * time.Second
+
+// MinAuthTokenLen is the shortest auth token accepted on a non-loopback
+// address: 16 bytes, so that even a token of hex digits holds 64 random
+// bits, out of reach of guessing over the network.
+const MinAuthTokenLen = 16
+
 // Config configures Serve: the handler's Options and the listener.
 type Config struct {
 	Options
@@ -37,6 +57,11 @@ type Config struct {
 	// the context ends; after it, running turns are canceled and their
 	// connections closed. Zero means DefaultShutdownTimeout.
 	ShutdownTimeout time.Duration
+	// CancelGrace bounds the wait for turns canceled at the end of the
+	// shutdown timeout to record their failure and end. Serve returns
+	// ErrShutdownIncomplete when it runs out. Zero means
+	// DefaultCancelGrace.
+	CancelGrace time.Duration
 	// OnListen, when set, is called once the runtime is open and the
 	// listener bound, with the listener's address, just before requests
 	// are served.
@@ -44,12 +69,17 @@ type Config struct {
 }
 
 // Serve runs an agent's HTTP API until ctx ends. It checks the address
-// (CheckAddr), binds it, opens the runtime with rc (adding the metrics set
-// to rc.Observer and defaulting rc.Logger to the Options' logger), and
-// serves. When ctx ends it stops accepting connections, ends live event
-// streams, waits up to ShutdownTimeout for running requests, so turns in
-// flight finish and are recorded, then closes the runtime. It returns nil
-// after such a shutdown.
+// (CheckAddr) before anything else, binds it, opens the runtime with rc
+// (adding the metrics set to rc.Observer and defaulting rc.Logger to the
+// Options' logger), and serves. When ctx ends it stops accepting
+// connections, ends live event streams, waits up to ShutdownTimeout for
+// running requests, so turns in flight finish and are recorded, then
+// closes the runtime. Turns still running then are canceled: each records
+// its turn as failed ("the server is shutting down") and ends, within
+// CancelGrace; Serve returns nil after such a shutdown. When a turn does
+// not end even then (a hook that ignores its context), Serve returns
+// ErrShutdownIncomplete without closing the runtime, and the program
+// should exit.
 func Serve(ctx context.Context, rc agent.Config, c Config) error {
 	if c.Addr == "" {
 		c.Addr = DefaultAddr
@@ -59,6 +89,9 @@ func Serve(ctx context.Context, rc agent.Config, c Config) error {
 	}
 	if c.ShutdownTimeout <= 0 {
 		c.ShutdownTimeout = DefaultShutdownTimeout
+	}
+	if c.CancelGrace <= 0 {
+		c.CancelGrace = DefaultCancelGrace
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -123,16 +156,36 @@ func Serve(ctx context.Context, rc agent.Config, c Config) error {
 	h.Drain()
 	sctx, cancel := context.WithTimeout(context.Background(), c.ShutdownTimeout)
 	defer cancel()
+	canceled := false
 	if err := srv.Shutdown(sctx); err != nil {
 		c.Logger.Warn("shutdown timed out: canceling running turns", "error", err)
-		h.cancelTurns()
+		h.cancelTurns(errShuttingDown)
 		srv.Close()
+		canceled = true
 	}
-	if err := h.Shutdown(sctx); err != nil {
-		c.Logger.Warn("shutdown: eval runs did not stop in time", "error", err)
+	// Eval runs stop, then the runtime closes (waiting for turns), in the
+	// background: after the shutdown timeout, canceled turns get
+	// CancelGrace to end, whatever they are doing.
+	closed := make(chan error, 1)
+	go func() {
+		if err := h.Shutdown(sctx); err != nil {
+			c.Logger.Warn("shutdown: eval runs did not stop in time", "error", err)
+		}
+		closed <- rt.Close()
+	}()
+	limit := c.CancelGrace
+	if d, ok := sctx.Deadline(); ok && !canceled {
+		limit += max(time.Until(d), 0)
 	}
-	if err := rt.Close(); err != nil {
-		return fmt.Errorf("server: closing the runtime: %w", err)
+	var closeErr error
+	select {
+	case closeErr = <-closed:
+	case <-time.After(limit):
+		c.Logger.Error("canceled turns did not end; returning without them", "grace", c.CancelGrace.String())
+		return fmt.Errorf("%w within %v; their turns stay unfinished in the session log", ErrShutdownIncomplete, c.CancelGrace)
+	}
+	if closeErr != nil {
+		return fmt.Errorf("server: closing the runtime: %w", closeErr)
 	}
 	c.Logger.Info("stopped")
 	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) {
@@ -142,9 +195,9 @@ func Serve(ctx context.Context, rc agent.Config, c Config) error {
 }
 
 // CheckAddr checks a listen address: HOST:PORT with a numeric port, and,
-// unless insecure, a loopback host when token is empty. A non-loopback
-// address without a token is ErrInsecure with a message saying what to
-// do.
+// unless insecure, a loopback host when token is empty or shorter than
+// MinAuthTokenLen. A non-loopback address without a token is ErrInsecure,
+// with a short one ErrWeakToken; the message says what to do.
 func CheckAddr(addr, token string, insecure bool) error {
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
@@ -153,12 +206,18 @@ func CheckAddr(addr, token string, insecure bool) error {
 	if _, err := net.LookupPort("tcp", port); err != nil || port == "" {
 		return fmt.Errorf("server: the address %q has no valid port; use a port number such as 8080, or 0 for any free port", addr)
 	}
-	if token == "" && !insecure && !IsLoopback(host) {
-		where := host
-		if where == "" {
-			where = "every interface"
-		}
+	if insecure || IsLoopback(host) {
+		return nil
+	}
+	where := host
+	if where == "" {
+		where = "every interface"
+	}
+	if token == "" {
 		return fmt.Errorf("%w: %s listens on %s; set --auth-token (or AGENTKIT_AUTH_TOKEN), listen on 127.0.0.1, or pass --insecure to serve it open", ErrInsecure, addr, where)
+	}
+	if len(token) < MinAuthTokenLen {
+		return fmt.Errorf("%w: the token is %d bytes and %s listens on %s; use a random token of at least %d bytes (such as the output of openssl rand -hex 16), or listen on 127.0.0.1", ErrWeakToken, len(token), addr, where, MinAuthTokenLen)
 	}
 	return nil
 }

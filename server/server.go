@@ -87,7 +87,7 @@ type Server struct {
 	opts      Options
 	log       *slog.Logger
 	metrics   *Metrics
-	mux       *http.ServeMux
+	mux       *router
 	tokenHash []byte // sha256 of the token; nil when auth is off
 	evals     *evals.Manager
 	cors      *cors
@@ -97,9 +97,10 @@ type Server struct {
 
 	// turns is the parent of every turn's context: not canceled when a
 	// client goes away (a turn that started finishes and is recorded), only
-	// by cancelTurns when a shutdown runs out of time.
+	// by cancelTurns when a shutdown runs out of time, with errShuttingDown
+	// as the cause the canceled turns record.
 	turns       context.Context
-	cancelTurns context.CancelFunc
+	cancelTurns context.CancelCauseFunc
 }
 
 // New returns the HTTP API of rt. The runtime stays the caller's to close,
@@ -125,7 +126,7 @@ func New(rt *agent.Runtime, opts Options) (*Server, error) {
 		opts:     opts,
 		log:      opts.Logger,
 		metrics:  opts.Metrics,
-		mux:      http.NewServeMux(),
+		mux:      newRouter(),
 		draining: make(chan struct{}),
 	}
 	if s.log == nil {
@@ -139,7 +140,7 @@ func New(rt *agent.Runtime, opts Options) (*Server, error) {
 		h := sha256.Sum256([]byte(opts.AuthToken))
 		s.tokenHash = h[:]
 	}
-	s.turns, s.cancelTurns = context.WithCancel(context.Background())
+	s.turns, s.cancelTurns = context.WithCancelCause(context.Background())
 	if err := s.openEvals(); err != nil {
 		return nil, err
 	}
@@ -185,13 +186,18 @@ func (s *Server) isDraining() bool {
 	}
 }
 
+// errShuttingDown is the cause of the cancellation of turns still running
+// when a shutdown runs out of time; a canceled turn's failure message
+// names it.
+var errShuttingDown = errors.New("the server is shutting down")
+
 // turnContext returns the context a turn runs with: r's values, canceled
 // only when the server gives up on running turns, not when the client goes
 // away.
 func (s *Server) turnContext(r *http.Request) (context.Context, context.CancelFunc) {
-	ctx, cancel := context.WithCancel(context.WithoutCancel(r.Context()))
-	stop := context.AfterFunc(s.turns, cancel)
-	return ctx, func() { stop(); cancel() }
+	ctx, cancel := context.WithCancelCause(context.WithoutCancel(r.Context()))
+	stop := context.AfterFunc(s.turns, func() { cancel(context.Cause(s.turns)) })
+	return ctx, func() { stop(); cancel(nil) }
 }
 
 // ServeHTTP routes a request: auth for /v1/ routes, the route's handler,
@@ -246,6 +252,11 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	tokenFromQuery(r)
 	if strings.HasPrefix(path.Clean("/"+r.URL.Path)+"/", "/v1/") && !s.authorized(rw, r) {
+		return
+	}
+	if allow := s.mux.shadowed(r, pattern); allow != "" {
+		rw.Header().Set("Allow", allow)
+		writeError(rw, http.StatusMethodNotAllowed, CodeMethodNotAllowed, r.Method+" is not allowed on "+r.URL.Path+"; allowed: "+allow)
 		return
 	}
 	if pattern == "" {

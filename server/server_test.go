@@ -32,6 +32,7 @@ type fixture struct {
 	srv     *server.Server
 	metrics *server.Metrics
 	token   string
+	close   func() // stops the server and closes the runtime; safe to call twice
 }
 
 type fixtureOpts struct {
@@ -39,6 +40,7 @@ type fixtureOpts struct {
 	agent  agent.Agent
 	store  any
 	policy agent.Policy
+	root   string // the state root; empty: a new temporary one
 }
 
 func newFixture(t *testing.T, o fixtureOpts) *fixture {
@@ -56,10 +58,13 @@ func newFixture(t *testing.T, o fixtureOpts) *fixture {
 	if o.store == nil {
 		o.store = memkv.New()
 	}
+	if o.root == "" {
+		o.root = t.TempDir()
+	}
 	m := server.NewMetrics()
 	rt, err := agent.Open(context.Background(), agent.Config{
 		Agent:     o.agent,
-		StateRoot: t.TempDir(),
+		StateRoot: o.root,
 		Store:     o.store,
 		Observer:  m,
 		Logger:    discardLogger(),
@@ -77,12 +82,14 @@ func newFixture(t *testing.T, o fixtureOpts) *fixture {
 		t.Fatal(err)
 	}
 	hs := httptest.NewServer(srv)
-	t.Cleanup(func() {
+	f := &fixture{t: t, url: hs.URL, rt: rt, srv: srv, metrics: m, token: o.AuthToken}
+	f.close = func() {
 		srv.Drain()
 		hs.Close()
 		rt.Close()
-	})
-	return &fixture{t: t, url: hs.URL, rt: rt, srv: srv, metrics: m, token: o.AuthToken}
+	}
+	t.Cleanup(f.close)
+	return f
 }
 
 // do sends a request and decodes a JSON answer into out (when not nil). It
@@ -758,7 +765,7 @@ func TestCheckAddr(t *testing.T) {
 		{addr: ":8080", insecureErr: true},
 		{addr: "192.0.2.1:8080", insecureErr: true},
 		{addr: "example.internal:8080", insecureErr: true},
-		{addr: "0.0.0.0:8080", token: "t"},
+		{addr: "0.0.0.0:8080", token: "a-token-of-16-bytes"},
 		{addr: "0.0.0.0:8080", insecure: true},
 		{addr: "127.0.0.1", otherErr: true},
 		{addr: "127.0.0.1:http-ish", otherErr: true},

@@ -34,7 +34,12 @@ func (s *Server) startSession(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	req := agent.StartRequest{Message: b.Message, ChannelID: b.ChannelID, Title: b.Title, WorkspaceFiles: b.WorkspaceFiles}
+	key, err := idempotencyKey(r)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	req := agent.StartRequest{Message: b.Message, ChannelID: b.ChannelID, Title: b.Title, WorkspaceFiles: b.WorkspaceFiles, IdempotencyKey: key}
 	s.runTurn(w, r, http.StatusCreated, func(ctx context.Context, onEvent func(agent.Event)) (agent.TurnResult, error) {
 		req.OnEvent = onEvent
 		return s.rt.StartSession(ctx, req)
@@ -47,7 +52,15 @@ func (s *Server) continueSession(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	req := agent.ContinueRequest{Token: b.ContinuationToken, Message: b.Message, WorkspaceFiles: b.WorkspaceFiles}
+	key, err := idempotencyKey(r)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	// NoWait: a session busy with another turn is 409 at once. A client
+	// that waited would have given up and retried by the time the turn
+	// ran, and the retry would run it twice.
+	req := agent.ContinueRequest{Token: b.ContinuationToken, Message: b.Message, WorkspaceFiles: b.WorkspaceFiles, IdempotencyKey: key, NoWait: true}
 	s.runTurn(w, r, http.StatusOK, func(ctx context.Context, onEvent func(agent.Event)) (agent.TurnResult, error) {
 		req.OnEvent = onEvent
 		return s.rt.Continue(ctx, req)
@@ -69,6 +82,9 @@ func (s *Server) runTurn(w http.ResponseWriter, r *http.Request, status int, cal
 		}
 		if status == http.StatusCreated {
 			w.Header().Set("Location", "/v1/sessions/"+res.SessionID)
+		}
+		if res.Replayed {
+			w.Header().Set("Idempotent-Replayed", "true")
 		}
 		writeJSON(w, status, res)
 		return
@@ -192,7 +208,10 @@ func (s *Server) sessionEvents(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, page)
 		return
 	}
-	if last := r.Header.Get("Last-Event-ID"); last != "" && r.URL.Query().Get("after") == "" {
+	// Last-Event-ID wins over ?after=: an EventSource reconnects to the URL
+	// it was given, after= included, and sends the id of the last event it
+	// received.
+	if last := r.Header.Get("Last-Event-ID"); last != "" {
 		n, err := strconv.ParseInt(last, 10, 64)
 		if err != nil || n < 0 {
 			s.fail(w, r, badBody("Last-Event-ID: %q is not an event sequence number; reconnect with the id of the last event received", last))
@@ -272,6 +291,27 @@ func (s *Server) sessionEvents(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// idempotencyKey reads the Idempotency-Key header: absent, or one value,
+// bare or as the quoted string of the IETF draft.
+func idempotencyKey(r *http.Request) (string, error) {
+	vals := r.Header.Values("Idempotency-Key")
+	switch len(vals) {
+	case 0:
+		return "", nil
+	case 1:
+	default:
+		return "", badBody("Idempotency-Key: the header is given %d times; send it once", len(vals))
+	}
+	v := vals[0]
+	if len(v) >= 2 && v[0] == '"' && v[len(v)-1] == '"' {
+		v = v[1 : len(v)-1]
+	}
+	if v == "" {
+		return "", badBody("Idempotency-Key: the header is empty; send a random UUID, or no header")
+	}
+	return v, nil
+}
+
 func wantsStream(r *http.Request) bool {
 	for _, a := range r.Header.Values("Accept") {
 		if containsFold(a, "text/event-stream") {
@@ -299,8 +339,8 @@ func intParam(r *http.Request, name string) (int64, error) {
 	if err != nil || n < 0 {
 		return 0, badBody("%s: %q is not a whole number of zero or more", name, v)
 	}
-	if name == "limit" && n > agent.MaxPageSize {
-		return 0, badBody("limit: %d is over the largest page, %d", n, agent.MaxPageSize)
+	if name == "limit" && (n < 1 || n > agent.MaxPageSize) {
+		return 0, badBody("limit: %d is out of range; use 1 to %d, or leave it out for %d", n, agent.MaxPageSize, agent.DefaultPageSize)
 	}
 	return n, nil
 }

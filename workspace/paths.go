@@ -34,6 +34,13 @@ import (
 // appears.
 const MemoryDir = "memory"
 
+// Permissions of the folders and files the tools and Seed create: owner
+// only, like everything under a state root.
+const (
+	dirPerm  = 0o700
+	filePerm = 0o600
+)
+
 // Errors a *FileError wraps, for errors.Is.
 var (
 	// ErrReserved means the path is under memory/, which callers may not
@@ -45,6 +52,10 @@ var (
 	// ErrTooLarge means a file, or all files together, pass a size or count
 	// limit.
 	ErrTooLarge = errors.New("too large")
+	// ErrNotRegular means the path names something other than a regular
+	// file or folder: a named pipe, a device, a socket. The tools and Seed
+	// refuse those instead of blocking on them.
+	ErrNotRegular = errors.New("not a regular file")
 )
 
 // FileError names the workspace path a problem is about. The HTTP layer
@@ -59,8 +70,8 @@ func (e *FileError) Error() string {
 	return fmt.Sprintf("workspace file %q: %v", e.Path, e.Err)
 }
 
-// Unwrap returns the cause, which matches ErrReserved, ErrUnsafePath or
-// ErrTooLarge.
+// Unwrap returns the cause, which matches ErrReserved, ErrUnsafePath,
+// ErrNotRegular or ErrTooLarge.
 func (e *FileError) Unwrap() error { return e.Err }
 
 // CleanPath checks a workspace path and returns it cleaned, with forward
@@ -121,7 +132,7 @@ func fsError(shown string, err error) error {
 	if errors.As(err, &pe) {
 		// The PathError names the host path; the model knows the workspace
 		// path only.
-		return fmt.Errorf("%s: %s: %v", shown, pe.Op, pe.Err)
+		return fmt.Errorf("%s: %s: %w", shown, pe.Op, pe.Err)
 	}
-	return fmt.Errorf("%s: %v", shown, err)
+	return fmt.Errorf("%s: %w", shown, err)
 }

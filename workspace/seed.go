@@ -100,12 +100,12 @@ func Seed(root *os.Root, files map[string]string) error {
 	for _, f := range list {
 		c, orig := f[0], f[1]
 		if dir := path.Dir(c); dir != "." {
-			if err := root.MkdirAll(dir, 0o755); err != nil {
+			if err := root.MkdirAll(dir, dirPerm); err != nil {
 				return &FileError{Path: orig, Err: fsError(dir, err)}
 			}
 		}
-		if err := root.WriteFile(c, []byte(files[orig]), 0o644); err != nil {
-			return &FileError{Path: orig, Err: fsError(c, err)}
+		if err := writeRegular(root, c, c, []byte(files[orig])); err != nil {
+			return &FileError{Path: orig, Err: err}
 		}
 	}
 	return nil

@@ -336,21 +336,14 @@ func (t *tools) file(env *tool.Env, clean string) (*os.File, source, func(), err
 		done()
 		return nil, s, nil, fmt.Errorf("%s does not exist; the memory journal has no records yet", clean)
 	}
-	f, err := s.root.Open(s.rel)
-	if err != nil {
-		done()
-		return nil, s, nil, fsError(clean, err)
-	}
-	info, err := f.Stat()
-	if err != nil {
-		f.Close()
-		done()
-		return nil, s, nil, fsError(clean, err)
-	}
-	if info.IsDir() {
-		f.Close()
+	if st, err := s.root.Stat(s.rel); err == nil && st.IsDir() {
 		done()
 		return nil, s, nil, fmt.Errorf("%s is a folder; use %s to see inside it", clean, ListFiles)
+	}
+	f, err := openRegular(s.root, s.rel, clean, os.O_RDONLY, 0)
+	if err != nil {
+		done()
+		return nil, s, nil, err
 	}
 	return f, s, func() { f.Close(); done() }, nil
 }
@@ -531,15 +524,18 @@ func (t *tools) write(ctx context.Context, env *tool.Env, raw json.RawMessage) (
 	}
 	root := env.Workspace
 	if dir := path.Dir(clean); dir != "." {
-		if err := root.MkdirAll(dir, 0o755); err != nil {
+		if err := root.MkdirAll(dir, dirPerm); err != nil {
 			return "", fsError(dir, err)
 		}
 	}
 	if info, err := root.Stat(clean); err == nil && info.IsDir() {
 		return "", fmt.Errorf("%s is a folder; give a file path", clean)
 	}
-	if err := root.WriteFile(clean, []byte(*args.Content), 0o644); err != nil {
-		return "", fsError(clean, err)
+	if err := ctx.Err(); err != nil {
+		return "", err
+	}
+	if err := writeRegular(root, clean, clean, []byte(*args.Content)); err != nil {
+		return "", err
 	}
 	return fmt.Sprintf("wrote %d bytes to %s", len(*args.Content), clean), nil
 }
@@ -610,7 +606,7 @@ func (t *tools) search(ctx context.Context, env *tool.Env, raw json.RawMessage) 
 				skipped++
 				return nil
 			}
-			f, err := s.root.Open(p)
+			f, err := openRegular(s.root, p, s.show(p), os.O_RDONLY, 0)
 			if err != nil {
 				skipped++
 				return nil
@@ -622,6 +618,11 @@ func (t *tools) search(ctx context.Context, env *tool.Env, raw json.RawMessage) 
 			}
 			n := 0
 			for {
+				if n%4096 == 0 {
+					if cerr := ctx.Err(); cerr != nil {
+						return cerr
+					}
+				}
 				line, rerr := br.ReadSlice('\n')
 				long := rerr == bufio.ErrBufferFull
 				if len(line) > 0 {

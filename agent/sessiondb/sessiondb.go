@@ -99,10 +99,11 @@ CREATE TABLE IF NOT EXISTS events (
 
 // Open opens (creating if needed) the session database at path. The file
 // is in WAL mode with synchronous=FULL: an appended event is on disk when
-// Append returns.
+// Append returns. secure_delete is on: a deleted session's rows are
+// overwritten with zeros, not left in the file's free space.
 func Open(ctx context.Context, path string) (*DB, error) {
 	q := url.Values{}
-	for _, p := range []string{"journal_mode(WAL)", "synchronous(FULL)", "busy_timeout(10000)"} {
+	for _, p := range []string{"journal_mode(WAL)", "synchronous(FULL)", "busy_timeout(10000)", "secure_delete(ON)"} {
 		q.Add("_pragma", p)
 	}
 	q.Set("_txlock", "immediate")
@@ -110,7 +111,7 @@ func Open(ctx context.Context, path string) (*DB, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sessiondb: opening %s: %w", path, err)
 	}
-	if _, err := db.ExecContext(ctx, schema+mirrorSchema); err != nil {
+	if _, err := db.ExecContext(ctx, schema+mirrorSchema+idempotencySchema); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("sessiondb: preparing %s: %w", path, err)
 	}

@@ -17,7 +17,7 @@ import (
 // process dies, so a crashed server never leaves the root locked.
 func acquire(dir string) (*os.File, error) {
 	path := filepath.Join(dir, LockFile)
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, FilePerm)
 	if err != nil {
 		return nil, fmt.Errorf("stateroot: opening the lock file %s: %w", path, err)
 	}

@@ -16,7 +16,14 @@
 //
 // Open creates the layout (or checks an existing one) and takes the lock: a
 // second serving process on the same folder fails at once, naming the folder
-// and the holder's PID. The lock is on serve.lock only, never on the SQLite
+// and the holder's PID.
+//
+// Everything in a state root is the owner's alone: the root and every folder
+// in it are created 0700 and every file 0600 (the SQLite databases are
+// created empty with that mode before SQLite opens them, and SQLite gives
+// their -wal and -shm files the same). A root found with wider permissions,
+// as older versions made them, is tightened at Open: group and other
+// permissions are removed from everything in it. The lock is on serve.lock only, never on the SQLite
 // files, so read-only tools (agentkit kv ls on kv/kv.db) keep working beside
 // a server. Check validates the format without taking the lock, for those
 // tools.
@@ -51,6 +58,15 @@ const (
 
 // KVFile is the default store's database file inside kv/.
 const KVFile = "kv.db"
+
+// SessionsFile is the session database's file inside sessions/.
+const SessionsFile = "sessions.db"
+
+// Permissions of what a state root holds: owner-only.
+const (
+	DirPerm  = 0o700
+	FilePerm = 0o600
+)
 
 // Errors matched with errors.Is.
 var (
@@ -100,7 +116,7 @@ func Open(dir string) (*Root, error) {
 	if err != nil {
 		return nil, fmt.Errorf("stateroot: %w", err)
 	}
-	if err := os.MkdirAll(abs, 0o755); err != nil {
+	if err := os.MkdirAll(abs, DirPerm); err != nil {
 		return nil, fmt.Errorf("stateroot: creating state root %s: %w", abs, err)
 	}
 	lock, err := acquire(abs)
@@ -108,6 +124,14 @@ func Open(dir string) (*Root, error) {
 		return nil, err
 	}
 	r := &Root{dir: abs, lock: lock}
+	wide, err := tightenRoot(abs)
+	if err == nil && wide {
+		err = tightenAll(abs)
+	}
+	if err != nil {
+		r.Close()
+		return nil, err
+	}
 	if err := r.prepare(); err != nil {
 		r.Close()
 		return nil, err
@@ -130,11 +154,11 @@ func (r *Root) prepare() error {
 		}
 	}
 	for _, d := range []string{SessionsDir, RemindersDir, KVDir, MemoryDir, ActorsDir, WorkspaceDir, FilesDir} {
-		if err := os.MkdirAll(filepath.Join(r.dir, d), 0o755); err != nil {
+		if err := os.MkdirAll(filepath.Join(r.dir, d), DirPerm); err != nil {
 			return fmt.Errorf("stateroot: creating %s: %w", filepath.Join(r.dir, d), err)
 		}
 	}
-	return nil
+	return CreatePrivate(r.Path(SessionsDir, SessionsFile))
 }
 
 // Check validates dir's format file without taking the lock, for read-only
@@ -189,7 +213,7 @@ func writeFormat(dir string) error {
 	path := filepath.Join(dir, FormatFile)
 	b, _ := json.Marshal(formatRecord{Format: Format})
 	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, append(b, '\n'), 0o644); err != nil {
+	if err := os.WriteFile(tmp, append(b, '\n'), FilePerm); err != nil {
 		return fmt.Errorf("stateroot: writing %s: %w", path, err)
 	}
 	if err := os.Rename(tmp, path); err != nil {
@@ -220,6 +244,20 @@ func (r *Root) KVPath() string { return KVPath(r.dir) }
 
 // KVPath returns the default store's database file of the state root dir.
 func KVPath(dir string) string { return filepath.Join(dir, KVDir, KVFile) }
+
+// PrepareDefaultStore creates the default store's database file, kv/kv.db,
+// empty and owner-only when it does not exist yet, and returns its kv.Open
+// URL (DefaultStoreURL). SQLite would create it with the process's umask,
+// usually world-readable.
+func (r *Root) PrepareDefaultStore() (string, error) {
+	if err := CreatePrivate(r.KVPath()); err != nil {
+		return "", err
+	}
+	return DefaultStoreURL(r.dir), nil
+}
+
+// SessionsPath returns the session database's file, sessions/sessions.db.
+func (r *Root) SessionsPath() string { return r.Path(SessionsDir, SessionsFile) }
 
 // DefaultStoreURL returns the kv.Open URL of the default store of the state
 // root dir: "sqlite:" and the path of kv/kv.db.

@@ -101,3 +101,59 @@ func TestOpenNeedsADir(t *testing.T) {
 		t.Error("a file was accepted as a state root")
 	}
 }
+
+func TestOpenMakesEverythingOwnerOnly(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "root")
+	r, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	url, err := r.PrepareDefaultStore()
+	if err != nil || url != DefaultStoreURL(dir) {
+		t.Fatalf("PrepareDefaultStore = %q, %v", url, err)
+	}
+	defer r.Close()
+	want := map[string]os.FileMode{".": 0o700, FormatFile: 0o600, LockFile: 0o600, filepath.Join(SessionsDir, SessionsFile): 0o600, filepath.Join(KVDir, KVFile): 0o600}
+	for _, d := range []string{SessionsDir, RemindersDir, KVDir, MemoryDir, ActorsDir, WorkspaceDir, FilesDir} {
+		want[d] = 0o700
+	}
+	for name, mode := range want {
+		st, err := os.Stat(filepath.Join(dir, name))
+		if err != nil || st.Mode().Perm() != mode {
+			t.Errorf("%s: %v, %v; want %v", name, st.Mode(), err, mode)
+		}
+	}
+	if st, _ := os.Stat(r.SessionsPath()); st.Size() != 0 {
+		t.Errorf("the session database was created with %d bytes; want an empty file for SQLite", st.Size())
+	}
+}
+
+func TestOpenTightensAWideRoot(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "root")
+	for _, d := range []string{"", "workspaces/s1/notes"} {
+		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		os.Chmod(filepath.Join(dir, d), 0o755)
+	}
+	os.WriteFile(filepath.Join(dir, "workspaces/s1/notes/a.txt"), []byte("x"), 0o644)
+	os.WriteFile(filepath.Join(dir, "workspaces/s1/run.sh"), []byte("x"), 0o755)
+	outside := filepath.Join(t.TempDir(), "outside.txt")
+	os.WriteFile(outside, []byte("x"), 0o644)
+	os.Chmod(outside, 0o644)
+	os.Symlink(outside, filepath.Join(dir, "workspaces/s1/link"))
+	r, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	for name, mode := range map[string]os.FileMode{".": 0o700, "workspaces/s1": 0o700, "workspaces/s1/notes": 0o700, "workspaces/s1/notes/a.txt": 0o600, "workspaces/s1/run.sh": 0o700} {
+		st, err := os.Stat(filepath.Join(dir, name))
+		if err != nil || st.Mode().Perm() != mode {
+			t.Errorf("%s: %v, %v; want %v", name, st.Mode(), err, mode)
+		}
+	}
+	if st, err := os.Stat(outside); err != nil || st.Mode().Perm() != 0o644 {
+		t.Error("the walk followed a symlink out of the root")
+	}
+}

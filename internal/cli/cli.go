@@ -112,7 +112,13 @@ func newFlags(e *env, name, usage string) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	fs.Usage = func() {
-		fmt.Fprintf(e.stdout, "Usage: agentkit %s\n\nFlags (each also read from AGENTKIT_<NAME>):\n", usage)
+		fmt.Fprintf(e.stdout, "Usage: agentkit %s\n", usage)
+		n := 0
+		fs.VisitAll(func(*flag.Flag) { n++ })
+		if n == 0 {
+			return
+		}
+		fmt.Fprintf(e.stdout, "\nFlags (each also read from AGENTKIT_<NAME>):\n")
 		fs.SetOutput(e.stdout)
 		fs.PrintDefaults()
 		fs.SetOutput(io.Discard)

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strings"
 	"text/template"
 
@@ -19,13 +20,14 @@ func init() {
 	register(command{name: "init", summary: "write a new agent project: agentkit.yaml, instructions.md, cases.jsonl", run: runInit})
 }
 
-const initUsage = `init [--name NAME] [--go] [--force] [DIR]
+const initUsage = `init [--name NAME] [--go [--source DIR]] [--force] [DIR]
 
 Writes a working agent project into DIR (default: the current folder):
 agentkit.yaml, instructions.md (with its ## Memory section), cases.jsonl (an
 eval set that passes with the echo model) and .gitignore. With --go it adds
-main.go, the same agent defined with the Go API plus a Go tool, and go.mod.
-Existing files are kept unless --force is given.`
+main.go, the same agent defined with the Go API plus a Go tool, and go.mod
+and go.sum, which build against an agentkit checkout (--source) with go
+build, offline. Existing files are kept unless --force is given.`
 
 //go:embed scaffold/*.tmpl
 var scaffold embed.FS
@@ -41,11 +43,12 @@ type scaffoldData struct {
 }
 
 func runInit(e *env, args []string) error {
-	var name string
+	var name, source string
 	var withGo, force bool
 	fs := newFlags(e, "init", initUsage)
 	fs.StringVar(&name, "name", "", "the agent's name (default: the folder's name)")
-	fs.BoolVar(&withGo, "go", false, "also write main.go (the agent in Go, with a Go tool) and go.mod")
+	fs.BoolVar(&withGo, "go", false, "also write main.go (the agent in Go, with a Go tool), go.mod and go.sum")
+	fs.StringVar(&source, "source", "", "with --go: the agentkit checkout the project builds against (default: one above DIR, the working folder or this binary, else the one this binary was built from)")
 	fs.BoolVar(&force, "force", false, "overwrite files that exist")
 	pos, err := parseFlags(fs, args)
 	if err != nil {
@@ -88,9 +91,15 @@ func runInit(e *env, args []string) error {
 		out[f.name] = b
 		order = append(order, f.name)
 	}
-	var note string
+	if source != "" && !withGo {
+		return usagef("--source names the agentkit checkout of a --go project; add --go, or drop --source")
+	}
 	if withGo {
-		gomod, gosum, n, err := goModule(name, abs)
+		root, err := agentkitSource(source, abs)
+		if err != nil {
+			return err
+		}
+		gomod, gosum, err := goModule(name, abs, root)
 		if err != nil {
 			return err
 		}
@@ -100,7 +109,6 @@ func runInit(e *env, args []string) error {
 			out["go.sum"] = gosum
 			order = append(order, "go.sum")
 		}
-		note = n
 	}
 	if !force {
 		for _, n := range order {
@@ -126,9 +134,6 @@ func runInit(e *env, args []string) error {
 	}
 	if withGo {
 		fmt.Fprintf(e.stdout, "with Go: cd %s && go build -o %s . && ./%s\n", rel, name, name)
-	}
-	if note != "" {
-		fmt.Fprintln(e.stdout, note)
 	}
 	return nil
 }
@@ -173,34 +178,63 @@ func nameFromFolder(base string) string {
 	return n
 }
 
-// goModule returns the go.mod (and go.sum) of a --go project in dir. When
-// the agentkit module's source is found (above dir, the working folder or
-// the agentkit binary, as when agentkit runs from its repository), go.mod requires agentkit
-// with a replace directive pointing at it and repeats agentkit's own
+// agentkitSource finds the agentkit checkout a --go project in dir builds
+// against. The module is named agentkit, a path no module proxy serves, so
+// a program reaches it through a replace directive naming a checkout on
+// disk. In order: the --source flag; a checkout above dir, the working
+// folder or the agentkit binary (agentkit run from its repository, or
+// built into it); the checkout this binary was built from, when it is still
+// there (go install from a checkout). None found is a usage error naming
+// --source, before anything is written.
+func agentkitSource(flagValue, dir string) (string, error) {
+	if flagValue != "" {
+		abs, err := filepath.Abs(flagValue)
+		if err == nil {
+			if src, rerr := os.ReadFile(filepath.Join(abs, "go.mod")); rerr == nil && modulePath(src) == "agentkit" {
+				return abs, nil
+			}
+		}
+		return "", usagef("--source %s: not an agentkit checkout (its go.mod must declare module agentkit); name the folder holding agentkit's go.mod", flagValue)
+	}
+	starts := []string{dir}
+	if wd, err := os.Getwd(); err == nil {
+		starts = append(starts, wd)
+	}
+	if exe, err := os.Executable(); err == nil {
+		starts = append(starts, filepath.Dir(exe))
+	}
+	if built := builtFrom(); built != "" {
+		starts = append(starts, built)
+	}
+	for _, s := range starts {
+		if root := findAgentkitRoot(s); root != "" {
+			return root, nil
+		}
+	}
+	return "", usagef("init --go: no agentkit checkout found (not above %s, the working folder or this binary, and this binary was built elsewhere); pass --source DIR naming a checkout of agentkit", dir)
+}
+
+// builtFrom returns the folder this file was compiled from, when the
+// binary recorded absolute source paths (a build without -trimpath), or "".
+func builtFrom() string {
+	_, file, _, ok := runtime.Caller(0)
+	if !ok || !filepath.IsAbs(file) {
+		return ""
+	}
+	return filepath.Dir(file)
+}
+
+// goModule returns the go.mod and go.sum of a --go project in dir that
+// builds against the agentkit checkout root: go.mod requires agentkit with a
+// replace directive pointing at root and repeats agentkit's own
 // requirements, and go.sum is agentkit's, so "go build" works at once and
-// offline. Otherwise go.mod only requires agentkit, and the note says to
-// fetch it.
-func goModule(name, dir string) (gomod, gosum []byte, note string, err error) {
-	root := findAgentkitRoot(dir)
-	if root == "" {
-		if wd, werr := os.Getwd(); werr == nil {
-			root = findAgentkitRoot(wd)
-		}
-	}
-	if root == "" { // a binary built into the checkout, such as bin/agentkit
-		if exe, werr := os.Executable(); werr == nil {
-			root = findAgentkitRoot(filepath.Dir(exe))
-		}
-	}
+// offline (from the module cache agentkit's own build filled).
+func goModule(name, dir, root string) (gomod, gosum []byte, err error) {
 	var b bytes.Buffer
 	fmt.Fprintf(&b, "module %s\n\n", name)
-	if root == "" {
-		fmt.Fprintf(&b, "go 1.26.0\n\nrequire agentkit v0.0.0\n")
-		return b.Bytes(), nil, "go.mod: the agentkit source was not found above this folder; add it with go get (or a replace directive pointing at your agentkit checkout), then go mod tidy", nil
-	}
 	src, err := os.ReadFile(filepath.Join(root, "go.mod"))
 	if err != nil {
-		return nil, nil, "", err
+		return nil, nil, err
 	}
 	goLine, requires := moduleRequirements(src)
 	if goLine == "" {
@@ -220,12 +254,12 @@ func goModule(name, dir string) (gomod, gosum []byte, note string, err error) {
 		}
 		b.WriteString(")\n\n")
 	}
-	fmt.Fprintf(&b, "// Built against the agentkit source at %s. Outside that\n// checkout, drop this line and go get agentkit instead.\nreplace agentkit => %s\n", replace, replace)
+	fmt.Fprintf(&b, "// agentkit's module path is not served by a module proxy: the program builds\n// against the agentkit checkout at %s. To use another checkout, change\n// this line (and copy its go.sum), or run init --go --source DIR again.\nreplace agentkit => %s\n", replace, replace)
 	sum, err := os.ReadFile(filepath.Join(root, "go.sum"))
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		return nil, nil, "", err
+		return nil, nil, err
 	}
-	return b.Bytes(), sum, "", nil
+	return b.Bytes(), sum, nil
 }
 
 // findAgentkitRoot returns the first folder at or above dir whose go.mod

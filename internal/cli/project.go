@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -10,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"agentkit/agent"
 	"agentkit/config"
@@ -18,9 +20,9 @@ import (
 	"agentkit/model"
 )
 
-// ledgerUnavailable is the refusal of serving: ledger until the ledger
-// (05-ledger.md) is in the build.
-const ledgerUnavailable = "serving mode ledger (durable sessions across hosts, spec 05-ledger.md) is not in this build yet: it comes with the ledger issue; use serving: local (the default) until then"
+// ledgerUnavailable is the refusal of serving: ledger by a build without
+// the ledger.
+const ledgerUnavailable = "serving mode ledger (durable sessions across hosts) is not available in this build of agentkit; use serving: local (the default)"
 
 // DefaultAgentName is the name of the built-in agent "agentkit run" runs
 // when there is no project folder.
@@ -97,6 +99,34 @@ func (p *project) runtimeConfig(ctx context.Context, serving, storage string) (a
 		closeStore = func() { db.Close() }
 	}
 	return rc, closeStore, nil
+}
+
+// timeoutFlags are --turn-timeout and --tool-timeout, which override
+// timeouts: in agentkit.yaml when given.
+type timeoutFlags struct{ turn, tool time.Duration }
+
+func (t *timeoutFlags) register(fs *flag.FlagSet) {
+	fs.DurationVar(&t.turn, "turn-timeout", 0, fmt.Sprintf("stop a turn (recorded as failed) after this long, overriding timeouts.turn in agentkit.yaml (default %v)", agent.DefaultTurnTimeout))
+	fs.DurationVar(&t.tool, "tool-timeout", 0, fmt.Sprintf("stop a tool call (an error to the model) after this long, overriding timeouts.tool in agentkit.yaml (default %v)", agent.DefaultToolTimeout))
+}
+
+func (t *timeoutFlags) check() error {
+	if t.turn < 0 {
+		return usagef("--turn-timeout %s: use a positive duration such as 10m", t.turn)
+	}
+	if t.tool < 0 {
+		return usagef("--tool-timeout %s: use a positive duration such as 2m", t.tool)
+	}
+	return nil
+}
+
+func (t *timeoutFlags) apply(rc *agent.Config) {
+	if t.turn > 0 {
+		rc.Timeouts.Turn = t.turn
+	}
+	if t.tool > 0 {
+		rc.Timeouts.Tool = t.tool
+	}
 }
 
 // newLogger returns a logger writing to w in format (json or text) at

@@ -28,6 +28,7 @@ answer, then the session id and the continuation token.`
 func runRun(e *env, args []string) error {
 	var dir, stateRoot, storage, token, logLevel string
 	var asJSON bool
+	var timeouts timeoutFlags
 	fs := newFlags(e, "run", runUsage)
 	fs.StringVar(&dir, "dir", "", "the project folder, holding agentkit.yaml (default: the current folder if it has one, else the built-in agent)")
 	fs.StringVar(&stateRoot, "state-root", "", "the state root to use and keep (default: a temporary one, removed afterwards)")
@@ -35,8 +36,12 @@ func runRun(e *env, args []string) error {
 	fs.StringVar(&token, "continue", "", "continue the session of this continuation token instead of starting one")
 	fs.BoolVar(&asJSON, "json", false, "print the answer as the JSON of POST /v1/sessions")
 	fs.StringVar(&logLevel, "log-level", "warn", "log level on standard error: debug, info, warn or error")
+	timeouts.register(fs)
 	pos, err := parseFlags(fs, args)
 	if err != nil {
+		return err
+	}
+	if err := timeouts.check(); err != nil {
 		return err
 	}
 	message := strings.Join(pos, " ")
@@ -66,6 +71,7 @@ func runRun(e *env, args []string) error {
 		return err
 	}
 	defer closeStore()
+	timeouts.apply(&rc)
 	ephemeral := stateRoot == ""
 	if ephemeral {
 		if token != "" && rc.Store == nil {

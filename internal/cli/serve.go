@@ -41,6 +41,7 @@ type serveFlags struct {
 	insecure                                          bool
 	maxBody                                           byteSize
 	shutdownTimeout                                   time.Duration
+	timeouts                                          timeoutFlags
 	logFormat, logLevel                               string
 	corsOrigins                                       string
 }
@@ -57,13 +58,14 @@ func runServe(e *env, args []string, dev bool) error {
 	fs.StringVar(&f.addr, "addr", server.DefaultAddr, "HOST:PORT to listen on; port 0 picks a free port")
 	fs.StringVar(&f.storage, "storage", "", "store URL, overriding storage: in agentkit.yaml (empty: the embedded SQLite store under the state root)")
 	fs.StringVar(&f.serving, "serving", "", "serving mode, overriding serving: in agentkit.yaml: local or ledger")
-	fs.StringVar(&f.authToken, "auth-token", "", "bearer token every /v1/ route requires (empty: no auth; only allowed on loopback unless --insecure)")
+	fs.StringVar(&f.authToken, "auth-token", "", fmt.Sprintf("bearer token every /v1/ route requires (empty: no auth; off loopback a token of at least %d bytes is required, unless --insecure)", server.MinAuthTokenLen))
 	if !dev {
 		fs.BoolVar(&f.insecure, "insecure", false, "allow a non-loopback --addr without --auth-token")
 	}
 	fs.StringVar(&f.corsOrigins, "cors-origins", "", "comma-separated origins of browser pages allowed to call the API, such as https://chat.example.com (overrides cors.origins in agentkit.yaml; default none)")
 	fs.Var(&f.maxBody, "max-body-bytes", "request body limit, such as 1MiB; larger bodies get 413")
-	fs.DurationVar(&f.shutdownTimeout, "shutdown-timeout", server.DefaultShutdownTimeout, "how long to let running turns finish after SIGINT or SIGTERM")
+	fs.DurationVar(&f.shutdownTimeout, "shutdown-timeout", server.DefaultShutdownTimeout, "how long to let running turns finish after SIGINT or SIGTERM; then they are canceled and recorded as failed")
+	f.timeouts.register(fs)
 	logFormat, logLevel := "json", "info"
 	if dev {
 		logFormat, logLevel = "text", "debug"
@@ -80,6 +82,9 @@ func runServe(e *env, args []string, dev bool) error {
 	if f.shutdownTimeout <= 0 {
 		return usagef("--shutdown-timeout %s: use a positive duration such as 30s", f.shutdownTimeout)
 	}
+	if err := f.timeouts.check(); err != nil {
+		return err
+	}
 	if dev {
 		host, _, err := net.SplitHostPort(f.addr)
 		if err == nil && !server.IsLoopback(host) {
@@ -87,7 +92,11 @@ func runServe(e *env, args []string, dev bool) error {
 		}
 	}
 	if err := server.CheckAddr(f.addr, f.authToken, f.insecure); err != nil {
-		return usagef("--addr: %s", strings.TrimPrefix(err.Error(), "server: "))
+		flagName := "--addr"
+		if errors.Is(err, server.ErrWeakToken) {
+			flagName = "--auth-token"
+		}
+		return usagef("%s: %s", flagName, strings.TrimPrefix(err.Error(), "server: "))
 	}
 	if strings.ContainsAny(f.authToken, " \t\r\n") {
 		return usagef("--auth-token: the token contains white space; use printable characters without spaces")
@@ -127,6 +136,7 @@ func runServe(e *env, args []string, dev bool) error {
 		return err
 	}
 	defer closeStore()
+	f.timeouts.apply(&rc)
 	rc.StateRoot = f.stateRoot
 	rc.Logger = log
 	err = server.Serve(ctx, rc, server.Config{

@@ -222,7 +222,7 @@ func open(ctx context.Context, path string, opts *Options) (*store, error) {
 		return nil, fmt.Errorf("sqlitekv: create the database's folder: %w", err)
 	}
 
-	base := "file:" + escapePath(abs) + "?_busy_timeout=" + strconv.FormatInt(busy.Milliseconds(), 10)
+	base := "file:" + escapePath(abs) + "?_busy_timeout=" + strconv.FormatInt(busy.Milliseconds(), 10) + "&_pragma=secure_delete(ON)" // deleted values are zeroed, not left in free space
 	s := &store{path: abs, busyTimeout: busy, pageRows: listPage, keyPageRows: listKeysPage}
 	if s.w, err = sql.Open("sqlite", base+"&_synchronous="+syncMode+"&_txlock=immediate"); err != nil {
 		return nil, s.closeAfter(fmt.Errorf("sqlitekv: %w", err))
