@@ -38,6 +38,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"agentkit/kv"
+	"agentkit/kv/internal/driverkit"
 )
 
 func init() {
@@ -151,7 +152,7 @@ func NewStore(ctx context.Context, nc *nats.Conn, opts *Options) (*Store, error)
 func validBucket(b string) bool {
 	for i := 0; i < len(b); i++ {
 		c := b[i]
-		if !plain(c) {
+		if !driverkit.AlphaNum(c) {
 			return false
 		}
 	}
@@ -162,9 +163,11 @@ func validBucket(b string) bool {
 func openURL(ctx context.Context, u *url.URL) (*kv.DB, error) {
 	var opts Options
 	var natsOpts []nats.Option
-	q := u.Query()
-	for name, vals := range q {
-		v := vals[len(vals)-1]
+	q, err := driverkit.Params(u, "bucket", "creds", "nkey", "replicas", "storage", "name")
+	if err != nil {
+		return nil, fmt.Errorf("natskv: %w", err)
+	}
+	for name, v := range q {
 		switch name {
 		case "bucket":
 			opts.Bucket = v
@@ -192,8 +195,6 @@ func openURL(ctx context.Context, u *url.URL) (*kv.DB, error) {
 			}
 		case "name":
 			natsOpts = append(natsOpts, nats.Name(v))
-		default:
-			return nil, fmt.Errorf("natskv: unknown URL parameter %q; known: bucket, creds, nkey, replicas, storage, name", name)
 		}
 	}
 	if u.Host == "" {

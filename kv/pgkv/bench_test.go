@@ -7,6 +7,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"agentkit/kv/internal/driverkit"
 	"agentkit/kv/kvtest"
 )
 
@@ -87,7 +88,7 @@ func benchmarkRaw(b *testing.B) {
 			b.Fatal(err)
 		}
 		const prefix = "agentkit/v1/bench/"
-		upper, _ := successor(prefix)
+		upper, _ := driverkit.PrefixEnd(prefix)
 		// One range select of the whole prefix, no paging.
 		q := "SELECT key, value FROM " + pgx.Identifier{table}.Sanitize() + " WHERE key >= $1 AND key < $2 ORDER BY key"
 		type entry struct {

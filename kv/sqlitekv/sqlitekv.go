@@ -62,6 +62,7 @@ import (
 	sqlite3 "modernc.org/sqlite/lib"
 
 	"agentkit/kv"
+	"agentkit/kv/internal/driverkit"
 )
 
 func init() {
@@ -124,37 +125,34 @@ func openURL(ctx context.Context, u *url.URL) (*kv.DB, error) {
 	default:
 		path = u.Path
 	}
-	opts, err := parseOptions(u.Query())
+	q, err := driverkit.Params(u, "synchronous", "busy_timeout")
+	if err != nil {
+		return nil, fmt.Errorf("sqlitekv: %w (synchronous=full|normal, busy_timeout=DURATION)", err)
+	}
+	opts, err := parseOptions(q)
 	if err != nil {
 		return nil, err
 	}
 	return Open(ctx, path, opts)
 }
 
-// parseOptions reads synchronous= and busy_timeout= from a URL query.
-func parseOptions(q url.Values) (*Options, error) {
-	opts := &Options{}
-	for name, vals := range q {
-		v := vals[len(vals)-1]
-		switch name {
-		case "synchronous":
-			opts.Synchronous = Synchronous(strings.ToLower(v))
-		case "busy_timeout":
-			d, err := time.ParseDuration(v)
-			if err != nil {
-				ms, err2 := strconv.Atoi(v)
-				if err2 != nil {
-					return nil, fmt.Errorf("sqlitekv: busy_timeout=%q is not a duration; write it as 5s or 500ms (a bare number is milliseconds)", v)
-				}
-				d = time.Duration(ms) * time.Millisecond
+// parseOptions reads synchronous= and busy_timeout= from a URL's
+// parameters.
+func parseOptions(q map[string]string) (*Options, error) {
+	opts := &Options{Synchronous: Synchronous(strings.ToLower(q["synchronous"]))}
+	if v, ok := q["busy_timeout"]; ok {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			ms, err2 := strconv.Atoi(v)
+			if err2 != nil {
+				return nil, fmt.Errorf("sqlitekv: busy_timeout=%q is not a duration; write it as 5s or 500ms (a bare number is milliseconds)", v)
 			}
-			if d <= 0 {
-				return nil, fmt.Errorf("sqlitekv: busy_timeout=%q must be positive", v)
-			}
-			opts.BusyTimeout = d
-		default:
-			return nil, fmt.Errorf("sqlitekv: unknown option %q in the URL; the options are synchronous=full|normal and busy_timeout=DURATION", name)
+			d = time.Duration(ms) * time.Millisecond
 		}
+		if d <= 0 {
+			return nil, fmt.Errorf("sqlitekv: busy_timeout=%q must be positive", v)
+		}
+		opts.BusyTimeout = d
 	}
 	return opts, nil
 }
@@ -565,7 +563,7 @@ func (s *store) ListKeys(ctx context.Context, prefix string) iter.Seq2[string, e
 // a read transaction open.
 func (s *store) pages(ctx context.Context, prefix, cols string, size int) iter.Seq2[[]kv.Entry, error] {
 	return func(yield func([]kv.Entry, error) bool) {
-		end, bounded := successor(prefix)
+		end, bounded := driverkit.PrefixEnd(prefix)
 		after, first := prefix, true
 		withValue := strings.Contains(cols, "value")
 		for {
@@ -631,18 +629,4 @@ func (s *store) readPage(ctx context.Context, q string, args []any, withValue bo
 		return nil, false, s.mapErr(err)
 	}
 	return page, len(page) == size, nil
-}
-
-// successor returns the least string greater than every string with the
-// given prefix, and false when there is none (the empty prefix, or one of
-// only 0xff bytes).
-func successor(prefix string) (string, bool) {
-	b := []byte(prefix)
-	for i := len(b) - 1; i >= 0; i-- {
-		if b[i] < 0xff {
-			b[i]++
-			return string(b[:i+1]), true
-		}
-	}
-	return "", false
 }
