@@ -24,8 +24,8 @@ func (e Escaper) Escaped(c byte) [3]byte {
 	return [3]byte{e.Mark, HexDigits[c>>4], HexDigits[c&15]}
 }
 
-// WriteByte writes c to b, escaped unless Keep(c) and not force.
-func (e Escaper) WriteByte(b *strings.Builder, c byte, force bool) {
+// Put writes c to b, escaped unless Keep(c) and not force.
+func (e Escaper) Put(b *strings.Builder, c byte, force bool) {
 	if !force && e.Keep(c) {
 		b.WriteByte(c)
 		return
@@ -37,7 +37,7 @@ func (e Escaper) WriteByte(b *strings.Builder, c byte, force bool) {
 // Write writes s to b with every byte Keep refuses escaped.
 func (e Escaper) Write(b *strings.Builder, s string) {
 	for i := 0; i < len(s); i++ {
-		e.WriteByte(b, s[i], false)
+		e.Put(b, s[i], false)
 	}
 }
 
