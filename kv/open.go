@@ -30,6 +30,10 @@ type OpenOptions struct {
 // OptionsOpener is an Opener that honours OpenOptions.
 type OptionsOpener func(ctx context.Context, u *url.URL, opts OpenOptions) (*DB, error)
 
+// ErrInvalidURL is matched by Open's error when the storage URL is not
+// one: it does not parse, or it is key=value settings with no scheme.
+var ErrInvalidURL = errors.New("kv: invalid storage URL")
+
 // NoDriverError is Open's error when no driver is registered for the URL's
 // scheme. Check for it with errors.As.
 type NoDriverError struct {
@@ -185,16 +189,16 @@ func parseStoreURL(raw string) (string, *url.URL, error) {
 	if isBarePath(raw) {
 		if looksLikeSettings(raw) {
 			// Never quote raw: key=value settings may hold a password.
-			return "", nil, errors.New("kv: the storage URL has no scheme and holds '=' or a space, so it is not taken as a folder; " +
-				"it looks like key=value connection settings. Write a URL, such as postgres://USER:PASSWORD@HOST:5432/DB?sslmode=disable " +
-				"or redis://HOST:6379/0; for a folder whose name has '=' or spaces, write file:PATH or ./PATH")
+			return "", nil, fmt.Errorf("%w: it has no scheme and holds '=' or a space, so it is not taken as a folder; "+
+				"it looks like key=value connection settings. Write a URL, such as postgres://USER:PASSWORD@HOST:5432/DB?sslmode=disable "+
+				"or redis://HOST:6379/0; for a folder whose name has '=' or spaces, write file:PATH or ./PATH", ErrInvalidURL)
 		}
 		return "file", &url.URL{Scheme: "file", Path: raw}, nil
 	}
 	u, err := url.Parse(raw)
 	if err != nil {
 		// url.Parse's error quotes the input, which may hold a password.
-		return "", nil, fmt.Errorf("kv: the storage URL does not parse; check its escaping (scheme %q)", schemeOf(raw))
+		return "", nil, fmt.Errorf("%w: it does not parse; check its escaping (scheme %q)", ErrInvalidURL, schemeOf(raw))
 	}
 	return strings.ToLower(u.Scheme), u, nil
 }

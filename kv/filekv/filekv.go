@@ -58,21 +58,20 @@ import (
 	"hash/maphash"
 	"io"
 	"io/fs"
-	"iter"
 	"net/url"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 
 	"agentkit/kv"
+	"agentkit/kv/internal/driverkit"
 )
 
 func init() {
-	kv.Register("file", openURL)
+	kv.RegisterOptions("file", openURL)
 }
 
 const (
@@ -97,7 +96,7 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 // empty, or a folder this driver created. A folder another store holds open
 // fails with a *LockedError.
 func Open(ctx context.Context, dir string) (*kv.DB, error) {
-	s, err := open(ctx, dir)
+	s, err := open(ctx, dir, false)
 	if err != nil {
 		return nil, err
 	}
@@ -106,7 +105,7 @@ func Open(ctx context.Context, dir string) (*kv.DB, error) {
 
 // openURL opens a file URL: file:/abs, file:relative, file:///abs, or the
 // bare path kv.Open passes as Path.
-func openURL(ctx context.Context, u *url.URL) (*kv.DB, error) {
+func openURL(ctx context.Context, u *url.URL, o kv.OpenOptions) (*kv.DB, error) {
 	var dir string
 	switch {
 	case u.Opaque != "":
@@ -120,21 +119,14 @@ func openURL(ctx context.Context, u *url.URL) (*kv.DB, error) {
 	default:
 		dir = u.Path
 	}
-	if u.RawQuery != "" {
-		names := slices.Sorted(mapKeys(u.Query()))
-		return nil, fmt.Errorf("filekv: the file driver takes no options, but the URL sets %s; remove the query", strings.Join(names, ", "))
+	if _, err := driverkit.Params(u); err != nil {
+		return nil, fmt.Errorf("filekv: %w", err)
 	}
-	return Open(ctx, dir)
-}
-
-func mapKeys(q url.Values) iter.Seq[string] {
-	return func(yield func(string) bool) {
-		for k := range q {
-			if !yield(k) {
-				return
-			}
-		}
+	s, err := open(ctx, dir, o.ReadOnly)
+	if err != nil {
+		return nil, err
 	}
+	return kv.New("file", s)
 }
 
 // store is the backend. Every exported method checks closed under closeMu
@@ -167,7 +159,9 @@ var (
 	_ kv.CAS   = (*store)(nil)
 )
 
-func open(ctx context.Context, dir string) (*store, error) {
+// open opens the store at dir. readOnly creates and writes nothing: the
+// folder must be a store already, and its temporary files are left alone.
+func open(ctx context.Context, dir string, readOnly bool) (*store, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -182,7 +176,11 @@ func open(ctx context.Context, dir string) (*store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("filekv: resolve %s: %w", dir, err)
 	}
-	if err := os.MkdirAll(abs, dirPerm); err != nil {
+	if readOnly {
+		if _, err := os.Stat(filepath.Join(abs, formatName)); err != nil {
+			return nil, fmt.Errorf("filekv: no file store at %s (opened read-only, so none was created): %w", abs, err)
+		}
+	} else if err := os.MkdirAll(abs, dirPerm); err != nil {
 		return nil, fmt.Errorf("filekv: create the folder: %w", err)
 	}
 	fi, err := os.Stat(abs)
@@ -200,12 +198,12 @@ func open(ctx context.Context, dir string) (*store, error) {
 			return nil, err
 		}
 	}
-	lock, err := lockRoot(abs)
+	lock, err := lockRoot(abs, readOnly)
 	if err != nil {
 		return nil, err
 	}
 	s.lock = lock
-	if err := s.prepare(); err != nil {
+	if err := s.prepare(readOnly); err != nil {
 		lock.Close()
 		return nil, err
 	}
@@ -215,9 +213,11 @@ func open(ctx context.Context, dir string) (*store, error) {
 // prepare checks or writes the format file, refuses case-insensitive file
 // systems, removes temporary files a crash left, and makes the root's own
 // entry durable.
-func (s *store) prepare() error {
+func (s *store) prepare(readOnly bool) error {
 	b, err := os.ReadFile(filepath.Join(s.dir, formatName))
 	switch {
+	case errors.Is(err, fs.ErrNotExist) && readOnly:
+		return fmt.Errorf("filekv: %s is not a file store (no %s file)", s.dir, formatName)
 	case errors.Is(err, fs.ErrNotExist):
 		if err := s.initFormat(); err != nil {
 			return err
@@ -238,6 +238,9 @@ func (s *store) prepare() error {
 	}
 	if _, err := os.Lstat(filepath.Join(s.dir, strings.ToUpper(formatName))); err == nil {
 		return fmt.Errorf("filekv: %s is on a case-insensitive file system, where keys differing only in case would share a file; put the store on a case-sensitive file system or use the sqlite driver", s.dir)
+	}
+	if readOnly {
+		return nil
 	}
 	if err := s.removeTemps(); err != nil {
 		return err

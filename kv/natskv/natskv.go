@@ -42,7 +42,7 @@ import (
 )
 
 func init() {
-	kv.Register("nats", openURL)
+	kv.RegisterOptions("nats", openURL)
 }
 
 // DefaultBucket is the bucket used when the URL names none.
@@ -63,6 +63,9 @@ type Options struct {
 	Replicas int
 	// Memory selects memory storage for a bucket this call creates.
 	Memory bool
+	// ReadOnly opens without creating the bucket: a missing bucket is an
+	// error (kv.OpenOptions.ReadOnly sets it).
+	ReadOnly bool
 }
 
 // Store is the JetStream backend. It implements the full core and the CAS
@@ -110,6 +113,9 @@ func NewStore(ctx context.Context, nc *nats.Conn, opts *Options) (*Store, error)
 		return nil, fmt.Errorf("natskv: %w", err)
 	}
 	b, err := js.KeyValue(ctx, bucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) && opts.ReadOnly {
+		return nil, fmt.Errorf("natskv: the bucket %q does not exist (opened read-only, so it was not created)", bucket)
+	}
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
 		cfg := jetstream.KeyValueConfig{
 			Bucket:      bucket,
@@ -160,8 +166,8 @@ func validBucket(b string) bool {
 }
 
 // openURL is the Opener for nats:// URLs.
-func openURL(ctx context.Context, u *url.URL) (*kv.DB, error) {
-	var opts Options
+func openURL(ctx context.Context, u *url.URL, o kv.OpenOptions) (*kv.DB, error) {
+	opts := Options{ReadOnly: o.ReadOnly}
 	var natsOpts []nats.Option
 	q, err := driverkit.Params(u, "bucket", "creds", "nkey", "replicas", "storage", "name")
 	if err != nil {

@@ -61,15 +61,16 @@ const DefaultPageSize = 1000
 const inlineValueLimit = 64 << 10
 
 func init() {
-	open := func(ctx context.Context, u *url.URL) (*kv.DB, error) {
+	open := func(ctx context.Context, u *url.URL, o kv.OpenOptions) (*kv.DB, error) {
 		conn, opts, err := splitURL(u)
 		if err != nil {
 			return nil, err
 		}
+		opts.ReadOnly = o.ReadOnly
 		return Open(ctx, conn, opts)
 	}
-	kv.Register("postgres", open)
-	kv.Register("postgresql", open)
+	kv.RegisterOptions("postgres", open)
+	kv.RegisterOptions("postgresql", open)
 }
 
 // Options configures a store. The zero value (or nil) means the defaults.
@@ -82,6 +83,9 @@ type Options struct {
 	// PageSize is how many rows one listing query reads, DefaultPageSize
 	// when zero.
 	PageSize int
+	// ReadOnly opens without creating the table: a missing table is an
+	// error (kv.OpenOptions.ReadOnly sets it).
+	ReadOnly bool
 }
 
 // splitURL removes the table parameter from a kv URL and returns the
@@ -203,7 +207,7 @@ func open(ctx context.Context, connString string, opts *Options) (*Store, error)
 		return nil, scrub(fmt.Errorf("pgkv: %w", err), secrets)
 	}
 	s := &Store{pool: pool, table: o.Table, pageSize: o.PageSize, maxValue: MaxValueSize, secrets: secrets, sql: newStatements(o.Table)}
-	if err := s.ensureTable(ctx); err != nil {
+	if err := s.ensureTable(ctx, o.ReadOnly); err != nil {
 		pool.Close()
 		return nil, err
 	}
@@ -237,7 +241,7 @@ const lockSpace = 0x616b6b76
 // when it exists. Two processes racing to create it serialise on an
 // advisory lock, since CREATE TABLE IF NOT EXISTS alone can fail with a
 // duplicate-key error when two sessions run it at once.
-func (s *Store) ensureTable(ctx context.Context) error {
+func (s *Store) ensureTable(ctx context.Context, readOnly bool) error {
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return s.err(fmt.Errorf("pgkv: connect: %w", err))
@@ -249,6 +253,9 @@ func (s *Store) ensureTable(ctx context.Context) error {
 	exists, err := s.checkColumns(ctx, conn)
 	if err != nil || exists {
 		return err
+	}
+	if readOnly {
+		return fmt.Errorf("pgkv: the table %s does not exist (opened read-only, so it was not created); name the table with the table parameter", s.table)
 	}
 	err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1, hashtext(current_schema() || '.' || $2))", int32(lockSpace), s.table); err != nil {

@@ -60,15 +60,17 @@ const MaxValueSize = 512 << 20
 const DefaultPageSize = 1000
 
 func init() {
-	open := func(ctx context.Context, u *url.URL) (*kv.DB, error) {
+	// Opening creates nothing (keys appear with the first write), so a
+	// read-only open is an ordinary one.
+	open := func(ctx context.Context, u *url.URL, _ kv.OpenOptions) (*kv.DB, error) {
 		rest, opts, err := splitURL(u)
 		if err != nil {
 			return nil, err
 		}
 		return Open(ctx, rest, opts)
 	}
-	kv.Register("redis", open)
-	kv.Register("rediss", open)
+	kv.RegisterOptions("redis", open)
+	kv.RegisterOptions("rediss", open)
 }
 
 // Options configures a store. The zero value (or nil) means the defaults.

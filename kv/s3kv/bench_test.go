@@ -24,7 +24,7 @@ import (
 // shows the driver's overhead as a ratio.
 func BenchmarkS3(b *testing.B) {
 	b.Run("impl=driver", func(b *testing.B) {
-		kvtest.RunBenchmarks(b, harness())
+		kvtest.RunBenchmarks(b, harness(baseURL(b)))
 	})
 	b.Run("impl=raw", benchRaw)
 }

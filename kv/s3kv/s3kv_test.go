@@ -24,26 +24,43 @@ import (
 	"agentkit/kv/s3kv"
 )
 
-const howto = `Start versitygw with: eval "$(scripts/versitygw.sh start)" (it sets AGENTKIT_TEST_S3=s3://KEY:SECRET@BUCKET/?endpoint=http://127.0.0.1:PORT&region=us-east-1); stop it with scripts/versitygw.sh stop.`
+// servers are the S3 implementations the driver is tested against, each
+// found through its variable.
+var servers = []struct{ name, env, howto string }{
+	{"versitygw", "AGENTKIT_TEST_S3", `Start versitygw with: eval "$(scripts/versitygw.sh start)" (it sets AGENTKIT_TEST_S3=s3://KEY:SECRET@BUCKET/?endpoint=http://127.0.0.1:PORT&region=us-east-1); stop it with scripts/versitygw.sh stop.`},
+	{"minio", "AGENTKIT_TEST_S3_MINIO", `Start MinIO with: eval "$(scripts/minio.sh start)" (it builds MinIO into the tool cache the first time and sets AGENTKIT_TEST_S3_MINIO); stop it with scripts/minio.sh stop.`},
+}
 
-// baseURL returns AGENTKIT_TEST_S3, skipping (failing in CI) when it is
-// unset or the server does not answer.
-func baseURL(t testing.TB) *url.URL {
+// baseURL returns AGENTKIT_TEST_S3 (versitygw), skipping (failing in CI)
+// when it is unset or the server does not answer.
+func baseURL(t testing.TB) *url.URL { return serverURL(t, 0) }
+
+// serverURL returns the URL of servers[i], skipping (failing in CI) when
+// its variable is unset or the server does not answer.
+func serverURL(t testing.TB, i int) *url.URL {
 	t.Helper()
-	raw := testenv.Getenv("AGENTKIT_TEST_S3", "")
+	srv := servers[i]
+	raw := testenv.Getenv(srv.env, "")
 	if raw == "" {
-		testenv.Unavailable(t, "an S3 server", howto, errors.New("AGENTKIT_TEST_S3 is not set"))
+		testenv.Unavailable(t, "an S3 server ("+srv.name+")", srv.howto, errors.New(srv.env+" is not set"))
 	}
 	u, err := url.Parse(raw)
 	if err != nil {
-		t.Fatalf("AGENTKIT_TEST_S3 does not parse as a URL")
+		t.Fatalf("%s does not parse as a URL", srv.env)
 	}
 	db, err := kv.Open(t.Context(), raw)
 	if err != nil {
-		testenv.Unavailable(t, "the S3 server of AGENTKIT_TEST_S3 ("+u.Redacted()+")", howto, err)
+		testenv.Unavailable(t, "the S3 server of "+srv.env+" ("+u.Redacted()+")", srv.howto, err)
 	}
 	db.Close()
 	return u
+}
+
+// eachServer runs fn as a subtest per server.
+func eachServer(t *testing.T, fn func(t *testing.T, base *url.URL)) {
+	for i, srv := range servers {
+		t.Run(srv.name, func(t *testing.T) { fn(t, serverURL(t, i)) })
+	}
 }
 
 func randomName(prefix string) string {
@@ -90,10 +107,14 @@ func removeAll(t testing.TB, raw string) {
 	}
 }
 
-// namespace makes a fresh prefix, emptied when the test ends, and returns
-// an opener that makes a new client (its own connections) on every call.
-func namespace(t testing.TB) kvtest.Opener {
-	raw := withPrefix(baseURL(t), randomName("kvtest-"))
+// namespace makes a fresh prefix on versitygw, emptied when the test ends,
+// and returns an opener that makes a new client (its own connections) on
+// every call.
+func namespace(t testing.TB) kvtest.Opener { return namespaceOn(t, baseURL(t)) }
+
+// namespaceOn is namespace on the server at base.
+func namespaceOn(t testing.TB, base *url.URL) kvtest.Opener {
+	raw := withPrefix(base, randomName("kvtest-"))
 	t.Cleanup(func() { removeAll(t, raw) })
 	return func(t testing.TB) *kv.DB {
 		t.Helper()
@@ -105,15 +126,16 @@ func namespace(t testing.TB) kvtest.Opener {
 	}
 }
 
-// harness runs the whole suite, its 10,000-key listing check included
-// (about a minute against versitygw on this 2-core machine: every key is a
-// file).
-func harness() kvtest.Harness {
-	return kvtest.Harness{NewNamespace: namespace, Shared: true}
+// harness runs the whole suite on the server at base, its 10,000-key
+// listing check included (about a minute against versitygw on this 2-core
+// machine: every key is a file).
+func harness(base *url.URL) kvtest.Harness {
+	return kvtest.Harness{NewNamespace: func(t testing.TB) kvtest.Opener { return namespaceOn(t, base) }, Shared: true}
 }
 
+// The suite against every server: versitygw (posix backend) and MinIO.
 func TestConformance(t *testing.T) {
-	kvtest.Run(t, harness())
+	eachServer(t, func(t *testing.T, base *url.URL) { kvtest.Run(t, harness(base)) })
 }
 
 // Two independent clients race conditional writes on the same keys: one
@@ -178,15 +200,24 @@ func TestTwoClientsRace(t *testing.T) {
 }
 
 // The keys servers rewrite or refuse when used as object names all round
-// trip, side by side, and list exactly.
+// trip, side by side, and list exactly, on every server.
 func TestKeysServersMangle(t *testing.T) {
-	db := namespace(t)(t)
+	eachServer(t, checkKeysServersMangle)
+}
+
+func checkKeysServersMangle(t *testing.T, base *url.URL) {
+	db := namespaceOn(t, base)(t)
 	defer db.Close()
 	ctx := context.Background()
 	keys := []string{
 		"x", "x/child", "x/child/grandchild", "a/../x", "a/./x", "a//b", "a/", "/a", "..", ".",
 		".sgwtmp", "a/.sgwtmp/b", strings.Repeat("s", 300), strings.Repeat("s", 300) + "/t",
 		strings.Repeat("%", 1024), "a b", "a+b", "a?b#c", "ab", "a/b", "a/bc",
+		// names over 1,024 bytes, beside names that fit, all sharing a prefix
+		strings.Repeat("%", 1023) + "&", strings.Repeat("%", 1000) + "/x", strings.Repeat("%", 500),
+		strings.Repeat("é", 512), strings.Repeat("é", 511) + "e",
+		// bytes XML or a path cannot carry as they are
+		"\x01", "ctl\x1f/x", "\uffff", "\ufffe", "back\\slash", "!", "x!#", "a!_",
 	}
 	for _, k := range keys {
 		if err := db.Put(ctx, k, []byte(k)); err != nil {
@@ -199,7 +230,7 @@ func TestKeysServersMangle(t *testing.T) {
 		}
 	}
 	slices.Sort(keys)
-	for _, prefix := range []string{"", "a", "a/", "x/", "x/child", "s", "%"} {
+	for _, prefix := range []string{"", "a", "a/", "x/", "x/child", "s", "%", strings.Repeat("%", 900), strings.Repeat("%", 1000) + "/", "é", "\x01", "\uffff"} {
 		var got, want []string
 		for k, err := range db.ListKeys(ctx, prefix) {
 			if err != nil {
@@ -320,9 +351,7 @@ func TestOpenURLForms(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() {
-			if _, err := st.Client().DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: aws.String(u.Host), Key: aws.String(st.ObjectName("k"))}); err != nil {
-				t.Errorf("clean-up: %v", err)
-			}
+			removeAll(t, u.String())
 			if _, err := st.Client().DeleteBucket(ctx, &s3.DeleteBucketInput{Bucket: aws.String(u.Host)}); err != nil {
 				t.Errorf("clean-up: delete bucket %s: %v", u.Host, err)
 			}

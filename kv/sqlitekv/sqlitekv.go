@@ -66,7 +66,7 @@ import (
 )
 
 func init() {
-	kv.Register("sqlite", openURL)
+	kv.RegisterOptions("sqlite", openURL)
 }
 
 // Synchronous is SQLite's synchronous setting for the store's writes.
@@ -94,6 +94,10 @@ type Options struct {
 	// connection or process holds before failing with "database is
 	// locked". Zero means DefaultBusyTimeout.
 	BusyTimeout time.Duration
+	// ReadOnly opens the database read-only: it must exist and hold a
+	// store, and nothing is created or written, not even its folder
+	// (kv.OpenOptions.ReadOnly sets it).
+	ReadOnly bool
 }
 
 // dbFileName is the file made inside a folder named as the path.
@@ -111,7 +115,7 @@ func Open(ctx context.Context, path string, opts *Options) (*kv.DB, error) {
 }
 
 // openURL opens sqlite:PATH, sqlite:///PATH with options in the query.
-func openURL(ctx context.Context, u *url.URL) (*kv.DB, error) {
+func openURL(ctx context.Context, u *url.URL, o kv.OpenOptions) (*kv.DB, error) {
 	var path string
 	switch {
 	case u.Opaque != "":
@@ -133,6 +137,7 @@ func openURL(ctx context.Context, u *url.URL) (*kv.DB, error) {
 	if err != nil {
 		return nil, err
 	}
+	opts.ReadOnly = o.ReadOnly
 	return Open(ctx, path, opts)
 }
 
@@ -216,11 +221,16 @@ func open(ctx context.Context, path string, opts *Options) (*store, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll(filepath.Dir(abs), 0o700); err != nil {
+	base := "file:" + escapePath(abs) + "?_busy_timeout=" + strconv.FormatInt(busy.Milliseconds(), 10)
+	if opts.ReadOnly {
+		if _, err := os.Stat(abs); err != nil {
+			return nil, fmt.Errorf("sqlitekv: no database at %s (opened read-only, so none was created): %w", abs, err)
+		}
+		base += "&mode=ro"
+	} else if err := os.MkdirAll(filepath.Dir(abs), 0o700); err != nil {
 		return nil, fmt.Errorf("sqlitekv: create the database's folder: %w", err)
 	}
 
-	base := "file:" + escapePath(abs) + "?_busy_timeout=" + strconv.FormatInt(busy.Milliseconds(), 10)
 	s := &store{path: abs, busyTimeout: busy, pageRows: listPage, keyPageRows: listKeysPage}
 	if s.w, err = sql.Open("sqlite", base+"&_synchronous="+syncMode+"&_txlock=immediate"); err != nil {
 		return nil, s.closeAfter(fmt.Errorf("sqlitekv: %w", err))
@@ -229,7 +239,14 @@ func open(ctx context.Context, path string, opts *Options) (*store, error) {
 	s.w.SetMaxIdleConns(1)
 	s.w.SetConnMaxLifetime(0)
 	s.w.SetConnMaxIdleTime(0)
-	if err := s.initSchema(ctx); err != nil {
+	if opts.ReadOnly {
+		if ready, err := s.schemaReady(ctx); err != nil || !ready {
+			if err == nil {
+				err = fmt.Errorf("sqlitekv: %s holds no store (opened read-only, so none was created)", abs)
+			}
+			return nil, s.closeAfter(err)
+		}
+	} else if err := s.initSchema(ctx); err != nil {
 		return nil, s.closeAfter(err)
 	}
 	if s.r, err = sql.Open("sqlite", base+"&_query_only=1"); err != nil {

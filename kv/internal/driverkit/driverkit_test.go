@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"unicode/utf8"
+
+	"agentkit/kv"
 )
 
 var bang = Escaper{Mark: '!', Keep: func(c byte) bool { return AlphaNum(c) || c == '.' }}
@@ -126,6 +128,9 @@ func TestParamsRefusesUnknownNames(t *testing.T) {
 		t.Errorf("Params with a typo = %v, want the unknown name and the known ones, no values", err)
 	}
 	_, err = Params(mustURL(t, "mem://?x=1"))
+	if !errors.Is(err, kv.ErrInvalidURL) {
+		t.Errorf("Params error %v does not match kv.ErrInvalidURL", err)
+	}
 	if err == nil || !strings.Contains(err.Error(), "takes no parameters") || !strings.Contains(err.Error(), "x") {
 		t.Errorf("Params of a driver without parameters = %v, want a refusal naming x", err)
 	}

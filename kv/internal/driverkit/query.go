@@ -5,12 +5,26 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+
+	"agentkit/kv"
 )
+
+// urlError is a mistake in a store URL's parameters. It matches
+// kv.ErrInvalidURL, so a command reports it as bad usage, without adding
+// to its message.
+type urlError struct{ msg string }
+
+func (e *urlError) Error() string        { return e.msg }
+func (e *urlError) Is(target error) bool { return target == kv.ErrInvalidURL }
+
+func urlErrorf(format string, args ...any) error {
+	return &urlError{msg: fmt.Sprintf(format, args...)}
+}
 
 // Params reads a store URL's query: each of the names a driver knows, at
 // most once. An unknown name is refused, naming the known ones, so a typo
 // (endpont=) never passes silently. The error never quotes a value, which
-// may be a secret.
+// may be a secret, and matches kv.ErrInvalidURL.
 func Params(u *url.URL, known ...string) (map[string]string, error) {
 	own, rest, err := SplitParams(u, known...)
 	if err != nil {
@@ -20,9 +34,9 @@ func Params(u *url.URL, known ...string) (map[string]string, error) {
 		q, _ := url.ParseQuery(rest.RawQuery)
 		names := slices.Sorted(mapKeys(q))
 		if len(known) == 0 {
-			return nil, fmt.Errorf("the URL takes no parameters, but it sets %s; remove the query", strings.Join(names, ", "))
+			return nil, urlErrorf("the URL takes no parameters, but it sets %s; remove the query", strings.Join(names, ", "))
 		}
-		return nil, fmt.Errorf("unknown URL parameter %q; the parameters are %s", names[0], strings.Join(known, ", "))
+		return nil, urlErrorf("unknown URL parameter %q; the parameters are %s", names[0], strings.Join(known, ", "))
 	}
 	return own, nil
 }
@@ -39,7 +53,7 @@ func SplitParams(u *url.URL, names ...string) (map[string]string, *url.URL, erro
 	q, err := url.ParseQuery(c.RawQuery)
 	if err != nil {
 		// The parser's error quotes the query, which may hold a secret.
-		return nil, nil, fmt.Errorf("the URL's query does not parse; escape its parameter values (%% as %%25, & as %%26)")
+		return nil, nil, urlErrorf("the URL's query does not parse; escape its parameter values (%% as %%25, & as %%26)")
 	}
 	own := map[string]string{}
 	for _, name := range names {
@@ -49,9 +63,9 @@ func SplitParams(u *url.URL, names ...string) (map[string]string, *url.URL, erro
 		}
 		switch {
 		case len(vals) > 1:
-			return nil, nil, fmt.Errorf("the %s parameter is given %d times; give it once", name, len(vals))
+			return nil, nil, urlErrorf("the %s parameter is given %d times; give it once", name, len(vals))
 		case vals[0] == "":
-			return nil, nil, fmt.Errorf("the %s parameter is empty; remove it for the default, or give it a value", name)
+			return nil, nil, urlErrorf("the %s parameter is empty; remove it for the default, or give it a value", name)
 		}
 		own[name] = vals[0]
 		q.Del(name)
