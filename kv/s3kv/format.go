@@ -233,4 +233,3 @@ func urlPathEscape(name string) string {
 	}
 	return b.String()
 }
-
