@@ -24,6 +24,7 @@ func casChecks() []check {
 		{"TokenWorksAcrossClientsAndReopen", "a version token still works from a second client and after reopening the store", needCAS, checkTokenPortable},
 		{"ConcurrentConditionalWritesOneWinner", "among concurrent conditional writes against one version (or absence) of a key exactly one wins, and the losers get kv.ErrConflict", needCAS, checkRace},
 		{"ConcurrentConditionalWritesOneWinnerAcrossClients", "among concurrent conditional writes from independent clients against one version of a key exactly one wins", needCAS | needShared, checkRaceAcrossClients},
+		{"DeleteOrderedWithConditionalWrites", "a Delete racing a conditional write is ordered with it: once both return, a PutIfVersion that won was followed by the delete (the key is gone), and a PutIfAbsent wins only if the delete came first", needCAS | needDelete, checkDeleteRaces},
 		{"CASCounterCountsExactly", "a counter incremented by concurrent CAS loops ends at exactly the number of successful increments", needCAS, checkCounter},
 		{"Linearizable", "a concurrent history of Get, Put, PutIfAbsent, PutIfVersion and Delete is linearizable", needCAS, checkLinearizable},
 	}
@@ -489,5 +490,70 @@ func checkCounter(t testing.TB, s *suite) {
 	}
 	if successes != workers*increments {
 		t.Errorf("%d increments succeeded, want %d", successes, workers*increments)
+	}
+}
+
+// checkDeleteRaces races a Delete from one client against a conditional
+// write from another, round after round, and checks that the two were
+// ordered. A server that removes objects outside the lock of its
+// conditional writes (versitygw's DeleteObject) lets a PutIfVersion that
+// read the old version land after the delete returned; jetstream's own
+// Create read a delete marker's revision and then lost to the next marker,
+// reporting "exists" for a key that was absent.
+func checkDeleteRaces(t testing.TB, s *suite) {
+	a, b := s.twoClients(t)
+	ctx := t.Context()
+	const rounds = 40
+	for round := range rounds {
+		key := fmt.Sprint("del/", round)
+		ver := mustPutIfAbsent(t, a, key, []byte("old"))
+		var (
+			wg         sync.WaitGroup
+			werr, derr error
+			start      = make(chan struct{})
+		)
+		write := func() {
+			defer wg.Done()
+			<-start
+			if round%2 == 0 {
+				_, werr = a.PutIfVersion(ctx, key, []byte("new"), ver)
+			} else {
+				_, werr = a.PutIfAbsent(ctx, key, []byte("new"))
+			}
+		}
+		del := func() {
+			defer wg.Done()
+			<-start
+			derr = b.Delete(ctx, key)
+		}
+		// The goroutine started last tends to run first: alternate, so
+		// each side gets the head start in half the rounds.
+		wg.Add(2)
+		if round/2%2 == 0 {
+			go write()
+			go del()
+		} else {
+			go del()
+			go write()
+		}
+		close(start)
+		wg.Wait()
+		if derr != nil {
+			t.Fatalf("round %d: Delete: %v", round, derr)
+		}
+		if werr != nil && !errors.Is(werr, kv.ErrConflict) {
+			t.Fatalf("round %d: the conditional write: %v, want success or kv.ErrConflict", round, werr)
+		}
+		v, err := read(ctx, a, key)
+		present := err == nil
+		if err != nil && !errors.Is(err, kv.ErrNotFound) {
+			t.Fatalf("round %d: reading %q: %v", round, key, err)
+		}
+		if round%2 == 0 && present {
+			t.Fatalf("round %d: PutIfVersion (error %v) and Delete both returned, yet %q holds %s: the write landed after the delete", round, werr, key, describe(v))
+		}
+		if round%2 == 1 && (werr == nil) != (present && string(v) == "new") {
+			t.Fatalf("round %d: PutIfAbsent of an existing key racing its Delete returned %v, and afterwards %q is present=%v (%s): a create wins only after the delete, and then the key holds its value", round, werr, key, present, describe(v))
+		}
 	}
 }

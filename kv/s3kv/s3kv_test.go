@@ -440,53 +440,6 @@ func TestCredentialsNotInErrors(t *testing.T) {
 	}
 }
 
-// A Delete racing a conditional write must be ordered with it: when both
-// have returned, a PutIfVersion that won was followed by the delete (the
-// key is gone), and a PutIfAbsent that won came after it (the key holds
-// its value). A server that removes objects outside the lock of its
-// conditional writes breaks this when deletes use DeleteObject.
-func TestDeleteRacesConditionalWrites(t *testing.T) {
-	open := namespace(t)
-	a, b := open(t), open(t)
-	defer a.Close()
-	defer b.Close()
-	checkDeleteRaces(t, a, b)
-}
-
-func checkDeleteRaces(t *testing.T, a, b *kv.DB) {
-	ctx := context.Background()
-	for round := range 60 {
-		key := fmt.Sprint("del/", round)
-		ver, err := a.PutIfAbsent(ctx, key, []byte("old"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		var wg sync.WaitGroup
-		var werr, derr error
-		if round%2 == 0 {
-			wg.Go(func() { _, werr = a.PutIfVersion(ctx, key, []byte("new"), ver) })
-		} else {
-			wg.Go(func() { _, werr = a.PutIfAbsent(ctx, key, []byte("new")) })
-		}
-		wg.Go(func() { derr = b.Delete(ctx, key) })
-		wg.Wait()
-		if derr != nil || (werr != nil && !errors.Is(werr, kv.ErrConflict)) {
-			t.Fatalf("round %d: write: %v, delete: %v", round, werr, derr)
-		}
-		v, err := a.Get(ctx, key)
-		present := err == nil
-		if err != nil && !errors.Is(err, kv.ErrNotFound) {
-			t.Fatal(err)
-		}
-		if round%2 == 0 && present {
-			t.Fatalf("round %d: PutIfVersion (%v) and Delete both returned, yet the key holds %q: the write landed after the delete", round, werr, v)
-		}
-		if round%2 == 1 && (werr == nil) != (present && string(v) == "new") {
-			t.Fatalf("round %d: PutIfAbsent returned %v, and afterwards the key is present=%v (%q)", round, werr, present, v)
-		}
-	}
-}
-
 // Open over a client the program owns: the store works through it, sees
 // what a URL-opened store wrote, and Close leaves the client usable.
 func TestOpenWithClient(t *testing.T) {
