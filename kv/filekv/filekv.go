@@ -149,6 +149,10 @@ type store struct {
 	// on disk: this process created or saw them and fsynced their parents.
 	durable sync.Map
 
+	// sys makes the system calls of durable writes (realSys; tests
+	// record them).
+	sys durable
+
 	seed    maphash.Seed
 	stripes [64]sync.Mutex // serialise writes to one key
 	tmpSeq  atomic.Uint64
@@ -190,7 +194,7 @@ func open(ctx context.Context, dir string, readOnly bool) (*store, error) {
 	if !fi.IsDir() {
 		return nil, fmt.Errorf("filekv: %s is not a folder; name a folder (created if missing) for the store", abs)
 	}
-	s := &store{dir: abs, seed: maphash.MakeSeed()}
+	s := &store{dir: abs, seed: maphash.MakeSeed(), sys: realSys{}}
 	// Refuse a folder of other files before leaving a lock file in it;
 	// prepare checks again under the lock.
 	if _, err := os.Lstat(filepath.Join(abs, formatName)); errors.Is(err, fs.ErrNotExist) {
@@ -245,7 +249,7 @@ func (s *store) prepare(readOnly bool) error {
 	if err := s.removeTemps(); err != nil {
 		return err
 	}
-	if err := syncDir(filepath.Dir(s.dir)); err != nil {
+	if err := syncDir(s.sys, filepath.Dir(s.dir)); err != nil {
 		return fmt.Errorf("filekv: sync the folder above the root: %w", err)
 	}
 	return nil
@@ -261,14 +265,14 @@ func (s *store) initFormat() error {
 	tmp := filepath.Join(s.dir, tmpPrefix+"format")
 	os.Remove(tmp) // left by a crash during an earlier first open
 	data := []byte(formatPrefix + strconv.Itoa(formatVersion) + "\n")
-	if err := writeSynced(tmp, data); err != nil {
+	if err := writeSynced(s.sys, tmp, data); err != nil {
 		return fmt.Errorf("filekv: write the format file: %w", err)
 	}
-	if err := os.Rename(tmp, filepath.Join(s.dir, formatName)); err != nil {
+	if err := s.sys.Rename(tmp, filepath.Join(s.dir, formatName)); err != nil {
 		os.Remove(tmp)
 		return fmt.Errorf("filekv: write the format file: %w", err)
 	}
-	return syncDir(s.dir)
+	return syncDir(s.sys, s.dir)
 }
 
 // checkEmpty fails unless the root holds only files this driver makes.
@@ -405,7 +409,7 @@ func (s *store) Delete(ctx context.Context, key string) error {
 	err := os.Remove(filepath.Join(s.abs(dir), name))
 	removed := err == nil
 	if removed {
-		err = syncDir(s.abs(dir))
+		err = syncDir(s.sys, s.abs(dir))
 	} else if errors.Is(err, fs.ErrNotExist) {
 		err = nil
 	}
@@ -499,7 +503,7 @@ func (s *store) write(ctx context.Context, dir, name string, value []byte) (kv.V
 		parts = [][]byte{append(hdr[:], value...)}
 	}
 	tmp := filepath.Join(s.dir, tmpPrefix+strconv.FormatUint(s.tmpSeq.Add(1), 36))
-	if err := writeSynced(tmp, parts...); err != nil {
+	if err := writeSynced(s.sys, tmp, parts...); err != nil {
 		return "", err
 	}
 	if err := ctx.Err(); err != nil {
@@ -521,7 +525,7 @@ func (s *store) install(tmp, dir, name string) error {
 	if err := s.rename(tmp, dir, filepath.Join(target, name)); err != nil {
 		return err
 	}
-	return syncDir(target)
+	return syncDir(s.sys, target)
 }
 
 // rename makes dir and renames tmp to path, with tree held shared so
@@ -533,7 +537,7 @@ func (s *store) rename(tmp, dir, path string) error {
 		if err := s.ensureDir(dir); err != nil {
 			return err
 		}
-		err := os.Rename(tmp, path)
+		err := s.sys.Rename(tmp, path)
 		if errors.Is(err, fs.ErrNotExist) && attempt == 0 && dir != "" {
 			// The folder vanished under us (removed by hand): forget
 			// that it was durable and make it again, once.
@@ -571,7 +575,7 @@ func (s *store) ensureDir(dir string) error {
 	// writer may have made some of these folders; syncing them here is
 	// what lets this write rely on them.
 	for i := known; i < len(parts); i++ {
-		if err := syncDir(s.abs(strings.Join(parts[:i], "/"))); err != nil {
+		if err := syncDir(s.sys, s.abs(strings.Join(parts[:i], "/"))); err != nil {
 			return err
 		}
 		s.durable.Store(strings.Join(parts[:i+1], "/"), struct{}{})
