@@ -6,6 +6,7 @@
 #   scripts/s3server.sh SERVER install   build SERVER into the tool cache if missing
 #   scripts/s3server.sh SERVER start     install if needed, start it, print export lines
 #   scripts/s3server.sh SERVER env       print the export lines of the running server
+#   scripts/s3server.sh SERVER status    exit 0 when the server runs, 1 when not
 #   scripts/s3server.sh SERVER stop      stop the server and remove its data
 #
 # SERVER is one of:
@@ -63,7 +64,7 @@ minio)
 	HEALTH=/minio/health/live
 	CURLFLAGS=-f # 200 once the drive is ready
 	;;
-*) die "usage: $0 versitygw|minio install|start|env|stop" ;;
+*) die "usage: $0 versitygw|minio install|start|env|status|stop" ;;
 esac
 
 install() {
@@ -175,6 +176,7 @@ case ${2:-} in
 install) install ;;
 start) start ;;
 env) print_env ;;
+status) running ;;
 stop) stop ;;
-*) die "usage: $0 $SERVER install|start|env|stop" ;;
+*) die "usage: $0 $SERVER install|start|env|status|stop" ;;
 esac
