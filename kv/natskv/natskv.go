@@ -508,22 +508,20 @@ func (s *Store) scan(ctx context.Context, prefix string, values bool) ([]kv.Entr
 			}
 		}()
 	}()
-	latest := map[string][]byte{}
-	seen := map[string]bool{} // encoded keys delivered, deleted ones included
+	// Entries in the order the consumer delivers them, deletions
+	// included; sorted and reduced to each key's last one at the end
+	// (cheaper than maps for the usual listing of distinct keys).
+	var got []found
 	add := func(enc string, deleted bool, value []byte) {
-		seen[enc] = true
 		key, ok := decodeKey(enc)
 		if !ok || !strings.HasPrefix(key, prefix) {
-			return
-		}
-		if deleted {
-			delete(latest, key)
+			got = append(got, found{enc: enc, foreign: true})
 			return
 		}
 		if value == nil {
 			value = []byte{}
 		}
-		latest[key] = value
+		got = append(got, found{enc: enc, key: key, value: value, deleted: deleted})
 	}
 	received := 0
 consume:
@@ -555,11 +553,38 @@ consume:
 		return nil, err
 	}
 	if after != before {
+		seen := make(map[string]bool, len(got))
+		for _, f := range got {
+			seen[f.enc] = true
+		}
 		if err := s.complete(ctx, filter, values, seen, add); err != nil {
 			return nil, err
 		}
 	}
-	return sortEntries(latest), nil
+	return latest(got), nil
+}
+
+// found is one message a listing read: its encoded key, and for a key of
+// the listing, the key, the value and whether it marks a deletion.
+type found struct {
+	enc, key string
+	value    []byte
+	deleted  bool
+	foreign  bool // not a key of this driver, or outside the prefix
+}
+
+// latest returns the entries of the keys whose last message (in the order
+// read) is a value, in ascending key order.
+func latest(got []found) []kv.Entry {
+	slices.SortStableFunc(got, func(a, b found) int { return strings.Compare(a.key, b.key) })
+	out := make([]kv.Entry, 0, len(got))
+	for i, f := range got {
+		if f.foreign || f.deleted || i+1 < len(got) && got[i+1].key == f.key && !got[i+1].foreign {
+			continue // not ours, deleted, or superseded by a later message
+		}
+		out = append(out, kv.Entry{Key: f.key, Value: f.value})
+	}
+	return out
 }
 
 // streamState returns the stream's last sequence and message count, which
@@ -601,13 +626,4 @@ func (s *Store) complete(ctx context.Context, filter string, values bool, seen m
 		add(enc, isDeleteMarker(m.Header), v)
 	}
 	return nil
-}
-
-func sortEntries(m map[string][]byte) []kv.Entry {
-	out := make([]kv.Entry, 0, len(m))
-	for k, v := range m {
-		out = append(out, kv.Entry{Key: k, Value: v})
-	}
-	slices.SortFunc(out, func(a, b kv.Entry) int { return strings.Compare(a.Key, b.Key) })
-	return out
 }
