@@ -29,7 +29,7 @@ func rawPostgres() kvtest.Raw {
 	const keys = 1000
 	setup := func(b *testing.B) (*pgxpool.Pool, statements, string) {
 		table := newTable(b)
-		openTable(b, table, nil).Close() // creates the table
+		openTable(b, table, nil).Close()                          // creates the table
 		pool, err := pgxpool.New(context.Background(), server(b)) // the driver's durability: harness(false)
 		if err != nil {
 			b.Fatal(err)
