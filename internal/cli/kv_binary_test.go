@@ -10,8 +10,11 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"agentkit/internal/testenv"
 	"agentkit/internal/testenv/pgtest"
@@ -30,7 +33,9 @@ func TestKVWithoutSubcommandIsUsage(t *testing.T) {
 		if r.code != 0 {
 			t.Errorf("agentkit kv %s: exit %d", h, r.code)
 		}
-		for _, flag := range []string{"-storage", "-state-root", "-values", "ls [PREFIX]", "create nothing"} {
+		// The flag lines as the flag package prints them, not just words
+		// of the usage text.
+		for _, flag := range []string{"\n  -storage string\n", "\n  -state-root string\n", "\n  -values\n", "ls [PREFIX]", "create nothing"} {
 			if !strings.Contains(r.stdout, flag) {
 				t.Errorf("agentkit kv %s does not show %q:\n%s", h, flag, r.stdout)
 			}
@@ -112,6 +117,26 @@ func TestKVReadCommandsCreateNothing(t *testing.T) {
 		}
 		if exists {
 			t.Error("kv ls created the PostgreSQL table")
+		}
+	})
+	t.Run("nats", func(t *testing.T) {
+		raw := testenv.Getenv("AGENTKIT_TEST_NATS", "nats://127.0.0.1:4222")
+		nc, err := nats.Connect(raw, nats.Timeout(2*time.Second))
+		if err != nil {
+			testenv.Unavailable(t, "NATS at "+raw, "Start nats-server -js or set AGENTKIT_TEST_NATS.", err)
+		}
+		defer nc.Close()
+		b := make([]byte, 6)
+		_, _ = rand.Read(b)
+		bucket := "kvtest_cli_" + hex.EncodeToString(b)
+		check(t, raw+"?bucket="+bucket)
+		js, err := jetstream.New(nc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := js.KeyValue(context.Background(), bucket); err == nil {
+			t.Error("kv ls created the NATS bucket")
+			_ = js.DeleteKeyValue(context.Background(), bucket)
 		}
 	})
 	t.Run("s3", func(t *testing.T) {

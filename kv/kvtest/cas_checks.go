@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"agentkit/kv"
 )
@@ -495,18 +496,34 @@ func checkCounter(t testing.TB, s *suite) {
 
 // checkDeleteRaces races a Delete from one client against a conditional
 // write from another, round after round, and checks that the two were
-// ordered. A server that removes objects outside the lock of its
-// conditional writes (versitygw's DeleteObject) lets a PutIfVersion that
-// read the old version land after the delete returned; jetstream's own
-// Create read a delete marker's revision and then lost to the next marker,
-// reporting "exists" for a key that was absent.
+// ordered. Three kinds of round: a PutIfVersion of an existing key (once
+// both return, a winning write was followed by the delete, so the key is
+// gone), a PutIfAbsent of an existing key (it wins only if the delete came
+// first, and then the key holds its value), and a PutIfAbsent of a key
+// deleted before the round (absent all along, so it must win). A server
+// that removes objects outside the lock of its conditional writes
+// (versitygw's DeleteObject) breaks the first; jetstream's own Create broke
+// the last: it read a delete marker's revision, lost to the next marker,
+// and reported "exists" for an absent key.
 func checkDeleteRaces(t testing.TB, s *suite) {
 	a, b := s.twoClients(t)
 	ctx := t.Context()
-	const rounds = 40
+	const rounds = 48
 	for round := range rounds {
+		kind := round % 3
 		key := fmt.Sprint("del/", round)
+		t0 := time.Now()
 		ver := mustPutIfAbsent(t, a, key, []byte("old"))
+		if kind == 2 {
+			if err := b.Delete(ctx, key); err != nil {
+				t.Fatalf("round %d: Delete: %v", round, err)
+			}
+		}
+		// The delete starts later by 0 to 2.6 times a write's time, swept
+		// over the rounds, so it lands at every point of the conditional
+		// write's progress (a driver's create may take three round trips),
+		// where a broken store has its window.
+		lag := time.Since(t0) * time.Duration(round/3%8) * 3 / 8
 		var (
 			wg         sync.WaitGroup
 			werr, derr error
@@ -515,7 +532,7 @@ func checkDeleteRaces(t testing.TB, s *suite) {
 		write := func() {
 			defer wg.Done()
 			<-start
-			if round%2 == 0 {
+			if kind == 0 {
 				_, werr = a.PutIfVersion(ctx, key, []byte("new"), ver)
 			} else {
 				_, werr = a.PutIfAbsent(ctx, key, []byte("new"))
@@ -524,6 +541,7 @@ func checkDeleteRaces(t testing.TB, s *suite) {
 		del := func() {
 			defer wg.Done()
 			<-start
+			time.Sleep(lag)
 			derr = b.Delete(ctx, key)
 		}
 		// The goroutine started last tends to run first: alternate, so
@@ -549,11 +567,13 @@ func checkDeleteRaces(t testing.TB, s *suite) {
 		if err != nil && !errors.Is(err, kv.ErrNotFound) {
 			t.Fatalf("round %d: reading %q: %v", round, key, err)
 		}
-		if round%2 == 0 && present {
+		switch {
+		case kind == 0 && present:
 			t.Fatalf("round %d: PutIfVersion (error %v) and Delete both returned, yet %q holds %s: the write landed after the delete", round, werr, key, describe(v))
-		}
-		if round%2 == 1 && (werr == nil) != (present && string(v) == "new") {
+		case kind == 1 && (werr == nil) != (present && string(v) == "new"):
 			t.Fatalf("round %d: PutIfAbsent of an existing key racing its Delete returned %v, and afterwards %q is present=%v (%s): a create wins only after the delete, and then the key holds its value", round, werr, key, present, describe(v))
+		case kind == 2 && werr != nil:
+			t.Fatalf("round %d: PutIfAbsent of a key deleted before the round, racing another Delete, failed: %v; the key was absent all along", round, werr)
 		}
 	}
 }
