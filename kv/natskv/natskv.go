@@ -211,15 +211,15 @@ func openURL(ctx context.Context, u *url.URL, o kv.OpenOptions) (*kv.DB, error) 
 	}
 	// Credentials go to the client as options, never in the server URL,
 	// so no error or log line of the client can show them.
-	var secrets []string
+	var secrets driverkit.Secrets
 	if u.User != nil {
 		user := u.User.Username()
 		if pw, ok := u.User.Password(); ok {
 			natsOpts = append(natsOpts, nats.UserInfo(user, pw))
-			secrets = append(secrets, pw)
+			secrets.Add(pw)
 		} else {
 			natsOpts = append(natsOpts, nats.Token(user))
-			secrets = append(secrets, user)
+			secrets.Add(user)
 		}
 	}
 	if dl, ok := ctx.Deadline(); ok {
@@ -242,20 +242,7 @@ func openURL(ctx context.Context, u *url.URL, o kv.OpenOptions) (*kv.DB, error) 
 }
 
 // redact hides any secret an error message might repeat.
-func redact(err error, secrets []string) error {
-	msg := err.Error()
-	hit := false
-	for _, s := range secrets {
-		if s != "" && strings.Contains(msg, s) {
-			msg = strings.ReplaceAll(msg, s, "xxxxx")
-			hit = true
-		}
-	}
-	if !hit {
-		return err
-	}
-	return errors.New(msg)
-}
+func redact(err error, secrets driverkit.Secrets) error { return secrets.Scrub(err) }
 
 // Bucket returns the bucket's name.
 func (s *Store) Bucket() string { return s.bucket }
