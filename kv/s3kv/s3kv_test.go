@@ -6,12 +6,9 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
-	"fmt"
 	"net/url"
 	"slices"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -146,67 +143,6 @@ func TestConformance(t *testing.T) {
 		}
 		kvtest.Run(t, h)
 	})
-}
-
-// Two independent clients race conditional writes on the same keys: one
-// creation per key, one winner per version.
-func TestTwoClientsRace(t *testing.T) {
-	open := namespace(t)
-	a, b := open(t), open(t)
-	defer a.Close()
-	defer b.Close()
-	ctx := context.Background()
-	clients := []*kv.DB{a, b}
-
-	const keys = 4
-	var created [keys]atomic.Int32
-	var wg sync.WaitGroup
-	for i := range 6 {
-		wg.Go(func() {
-			for k := range keys {
-				_, err := clients[i%2].PutIfAbsent(ctx, fmt.Sprint("race/", k), []byte{byte(i)})
-				switch {
-				case err == nil:
-					created[k].Add(1)
-				case !errors.Is(err, kv.ErrConflict):
-					t.Errorf("PutIfAbsent: %v", err)
-				}
-			}
-		})
-	}
-	wg.Wait()
-	for k := range keys {
-		if n := created[k].Load(); n != 1 {
-			t.Errorf("key race/%d created %d times, want exactly once", k, n)
-		}
-	}
-	for round := range 10 {
-		_, ver, err := a.GetWithVersion(ctx, "race/0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		var wins atomic.Int32
-		var won atomic.Value
-		for i := range 4 {
-			wg.Go(func() {
-				v, err := clients[i%2].PutIfVersion(ctx, "race/0", []byte(fmt.Sprint(round, i)), ver)
-				switch {
-				case err == nil:
-					wins.Add(1)
-					won.Store(v)
-				case !errors.Is(err, kv.ErrConflict):
-					t.Errorf("PutIfVersion: %v", err)
-				}
-			})
-		}
-		wg.Wait()
-		if n := wins.Load(); n != 1 {
-			t.Fatalf("round %d: %d writers won against version %s, want exactly 1", round, n, ver)
-		}
-		if _, cur, err := b.GetWithVersion(ctx, "race/0"); err != nil || cur != won.Load().(kv.Version) {
-			t.Fatalf("round %d: the winner got %v, the other client reads %s (%v)", round, won.Load(), cur, err)
-		}
-	}
 }
 
 // The keys servers rewrite or refuse when used as object names all round
