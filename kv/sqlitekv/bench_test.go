@@ -163,17 +163,18 @@ func rawSQLite(mode Synchronous) kvtest.Raw {
 					return err
 				}
 				defer rows.Close()
-				n := 0
+				// Collected, as the driver's listing and pgkv's raw
+				// reference collect theirs.
+				var out []kv.Entry
 				for rows.Next() {
-					var k string
-					var v []byte
-					if err := rows.Scan(&k, &v); err != nil {
+					var e kv.Entry
+					if err := rows.Scan(&e.Key, &e.Value); err != nil {
 						return err
 					}
-					n++
+					out = append(out, e)
 				}
-				if n != kvtest.BenchListSize {
-					return fmt.Errorf("listed %d rows, want %d", n, kvtest.BenchListSize)
+				if len(out) != kvtest.BenchListSize {
+					return fmt.Errorf("listed %d rows, want %d", len(out), kvtest.BenchListSize)
 				}
 				return rows.Err()
 			}
