@@ -55,7 +55,7 @@ type Error struct {
 
 // Error formats the error as "driver: op \"key\": cause".
 func (e *Error) Error() string {
-	return fmt.Sprintf("%s: %s %q: %v", e.Driver, e.Op, e.Key, e.Err)
+	return fmt.Sprintf("%s: %s %s: %v", e.Driver, e.Op, quoteKey(e.Key), e.Err)
 }
 
 // Unwrap returns the wrapped error.
@@ -77,6 +77,8 @@ type DB struct {
 	// closed is shared by the handles WithObserver makes.
 	closed *atomic.Bool
 	obs    []Observer
+	// readOnly is set by OpenWith for OpenOptions.ReadOnly.
+	readOnly bool
 }
 
 var (
@@ -174,6 +176,8 @@ func (d *DB) pre(ctx context.Context, op, key string, present bool, method strin
 		err = ErrClosed
 	case !present:
 		err = unsupported(method)
+	case d.readOnly && isWrite(op):
+		err = ErrReadOnly
 	default:
 		if op == "list" || op == "list keys" {
 			err = validatePrefix(key)

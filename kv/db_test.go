@@ -7,6 +7,7 @@ import (
 	"iter"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"agentkit/kv"
 	"agentkit/kv/memkv"
@@ -428,5 +429,28 @@ func TestContextCheckedFirst(t *testing.T) {
 	_, err := db2.Get(ctx2, "k")
 	if !errors.Is(err, context.Canceled) || !errors.Is(err, native) {
 		t.Errorf("Get whose context ended mid-call = %v, want context.Canceled and the driver's error", err)
+	}
+}
+
+// An error about an over-long key quotes the start of it and its length,
+// not all of it.
+func TestErrorCutsLongKeys(t *testing.T) {
+	db := memkv.New()
+	key := strings.Repeat("k", 10<<10)
+	err := db.Put(context.Background(), key, nil)
+	if !errors.Is(err, kv.ErrInvalidKey) {
+		t.Fatalf("Put of a 10 KiB key = %v, want kv.ErrInvalidKey", err)
+	}
+	if msg := err.Error(); len(msg) > 400 || !strings.Contains(msg, "10240 bytes") || !strings.Contains(msg, "kkkk") {
+		t.Errorf("the error is %d bytes (%.80q…); want the key cut, with its length named", len(msg), msg)
+	}
+	short := (&kv.Error{Driver: "d", Op: "get", Key: "é/x", Err: kv.ErrNotFound}).Error()
+	if want := `d: get "é/x": kv: key not found`; short != want {
+		t.Errorf("Error() = %q, want %q", short, want)
+	}
+	// Cut at a character boundary, never inside one.
+	long := (&kv.Error{Driver: "d", Op: "get", Key: strings.Repeat("é", 200), Err: kv.ErrNotFound}).Error()
+	if !utf8.ValidString(long) {
+		t.Errorf("the cut key is not valid UTF-8: %q", long)
 	}
 }

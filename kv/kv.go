@@ -35,7 +35,10 @@ package kv
 import (
 	"context"
 	"errors"
+	"fmt"
 	"iter"
+	"strconv"
+	"unicode/utf8"
 )
 
 // Entry is one key and its value, as List yields them.
@@ -73,7 +76,27 @@ var (
 	ErrInvalidKey = errors.New("kv: invalid key")
 	// ErrClosed means the store was closed.
 	ErrClosed = errors.New("kv: store closed")
+	// ErrReadOnly means a write through a DB opened with
+	// OpenOptions.ReadOnly.
+	ErrReadOnly = errors.New("kv: store opened read-only")
 )
+
+// maxQuotedKey is how much of a key an error message quotes.
+const maxQuotedKey = 128
+
+// quoteKey quotes a key for an error message, cut to maxQuotedKey bytes
+// (at a character boundary) with its full length named, so an over-long
+// key does not flood a log or a terminal.
+func quoteKey(key string) string {
+	if len(key) <= maxQuotedKey {
+		return strconv.Quote(key)
+	}
+	cut := maxQuotedKey
+	for cut > 0 && !utf8.RuneStart(key[cut]) {
+		cut--
+	}
+	return fmt.Sprintf("%s… (%d bytes)", strconv.Quote(key[:cut]), len(key))
+}
 
 // Putter is the one method every backend has: create or overwrite a key,
 // giving it a new version. A nil value stores an empty value.

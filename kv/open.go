@@ -2,6 +2,7 @@ package kv
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/url"
 	"slices"
@@ -14,17 +15,75 @@ import (
 // log (use (*url.URL).Redacted).
 type Opener func(ctx context.Context, u *url.URL) (*DB, error)
 
+// OpenOptions are what a caller of OpenWith asks for beyond the URL. The
+// zero value opens as Open does.
+type OpenOptions struct {
+	// ReadOnly opens a store only to read it. The returned DB fails every
+	// write with an error matching ErrReadOnly. A driver registered with
+	// RegisterOptions also creates nothing while opening (no database
+	// file, folder, table or bucket, no format marker) and fails to open
+	// a store that does not exist yet, saying so; every driver of this
+	// module does. A driver registered with Register opens as usual.
+	ReadOnly bool
+}
+
+// OptionsOpener is an Opener that honours OpenOptions.
+type OptionsOpener func(ctx context.Context, u *url.URL, opts OpenOptions) (*DB, error)
+
+// ErrInvalidURL is matched by Open's error when the storage URL is not
+// one: it does not parse, or it is key=value settings with no scheme.
+var ErrInvalidURL = errors.New("kv: invalid storage URL")
+
+// NoDriverError is Open's error when no driver is registered for the URL's
+// scheme. Check for it with errors.As.
+type NoDriverError struct {
+	Scheme  string   // the URL's scheme, lower case
+	Schemes []string // the registered schemes, sorted
+}
+
+// Error names the scheme, the registered ones, and the package to import.
+func (e *NoDriverError) Error() string {
+	have := strings.Join(e.Schemes, ", ")
+	if have == "" {
+		have = "no drivers registered"
+	}
+	return fmt.Sprintf("kv: no driver for %q URLs (have %s); import the driver package, e.g. agentkit/kv/%skv", e.Scheme, have, e.Scheme)
+}
+
+type driver struct {
+	open    OptionsOpener
+	options bool // the opener honours OpenOptions
+}
+
 var (
 	driversMu sync.RWMutex
-	drivers   = map[string]Opener{}
+	drivers   = map[string]driver{}
 )
 
 // Register makes a driver available to Open under a URL scheme, such as
 // "sqlite". It panics if the scheme is empty, the opener nil, or the scheme
 // already registered, as database/sql does.
 func Register(scheme string, open Opener) {
+	if open == nil {
+		panic("kv: Register needs a scheme and an opener")
+	}
+	register(scheme, driver{open: func(ctx context.Context, u *url.URL, _ OpenOptions) (*DB, error) {
+		return open(ctx, u)
+	}})
+}
+
+// RegisterOptions is Register for a driver whose opener honours
+// OpenOptions (see OpenOptions.ReadOnly for what that promises).
+func RegisterOptions(scheme string, open OptionsOpener) {
+	if open == nil {
+		panic("kv: Register needs a scheme and an opener")
+	}
+	register(scheme, driver{open: open, options: true})
+}
+
+func register(scheme string, d driver) {
 	scheme = strings.ToLower(scheme)
-	if scheme == "" || open == nil {
+	if scheme == "" {
 		panic("kv: Register needs a scheme and an opener")
 	}
 	driversMu.Lock()
@@ -32,7 +91,7 @@ func Register(scheme string, open Opener) {
 	if _, dup := drivers[scheme]; dup {
 		panic("kv: Register called twice for scheme " + scheme)
 	}
-	drivers[scheme] = open
+	drivers[scheme] = d
 }
 
 // Schemes returns the registered URL schemes, sorted.
@@ -54,6 +113,13 @@ func Schemes() []string {
 // string with no scheme is a path for the file driver. The program must
 // import the driver's package (cmd/agentkit imports them all).
 func Open(ctx context.Context, rawURL string) (*DB, error) {
+	return OpenWith(ctx, rawURL, OpenOptions{})
+}
+
+// OpenWith is Open with options: OpenWith(ctx, url, kv.OpenOptions{ReadOnly:
+// true}) opens a store to look into it without creating or changing
+// anything.
+func OpenWith(ctx context.Context, rawURL string, opts OpenOptions) (*DB, error) {
 	if rawURL == "" {
 		return nil, fmt.Errorf("kv: no storage URL given; use one of %s, or a path", schemeList())
 	}
@@ -62,14 +128,17 @@ func Open(ctx context.Context, rawURL string) (*DB, error) {
 		return nil, err
 	}
 	driversMu.RLock()
-	open := drivers[scheme]
+	d, ok := drivers[scheme]
 	driversMu.RUnlock()
-	if open == nil {
-		return nil, fmt.Errorf("kv: no driver for %q URLs (have %s); import the driver package, e.g. agentkit/kv/%skv", scheme, schemeList(), scheme)
+	if !ok {
+		return nil, &NoDriverError{Scheme: scheme, Schemes: Schemes()}
 	}
-	db, err := open(ctx, u)
+	db, err := d.open(ctx, u, opts)
 	if err != nil {
 		return nil, fmt.Errorf("kv: open %s: %w", RedactURL(u), err)
+	}
+	if opts.ReadOnly {
+		db.readOnly = true
 	}
 	return db, nil
 }
@@ -118,12 +187,18 @@ func schemeList() string {
 // parseStoreURL finds the scheme; a bare path becomes a file URL.
 func parseStoreURL(raw string) (string, *url.URL, error) {
 	if isBarePath(raw) {
+		if looksLikeSettings(raw) {
+			// Never quote raw: key=value settings may hold a password.
+			return "", nil, fmt.Errorf("%w: it has no scheme and holds '=' or a space, so it is not taken as a folder; "+
+				"it looks like key=value connection settings. Write a URL, such as postgres://USER:PASSWORD@HOST:5432/DB?sslmode=disable "+
+				"or redis://HOST:6379/0; for a folder whose name has '=' or spaces, write file:PATH or ./PATH", ErrInvalidURL)
+		}
 		return "file", &url.URL{Scheme: "file", Path: raw}, nil
 	}
 	u, err := url.Parse(raw)
 	if err != nil {
 		// url.Parse's error quotes the input, which may hold a password.
-		return "", nil, fmt.Errorf("kv: the storage URL does not parse; check its escaping (scheme %q)", schemeOf(raw))
+		return "", nil, fmt.Errorf("%w: it does not parse; check its escaping (scheme %q)", ErrInvalidURL, schemeOf(raw))
 	}
 	return strings.ToLower(u.Scheme), u, nil
 }
@@ -133,6 +208,26 @@ func schemeOf(raw string) string {
 		return raw[:i]
 	}
 	return ""
+}
+
+// looksLikeSettings reports whether a string without a scheme is more
+// likely key=value settings ("host=db password=…") than a folder: it does
+// not start as an explicit path does (/, ., ~) and holds '=' or white
+// space.
+func looksLikeSettings(s string) bool {
+	if strings.HasPrefix(s, "/") || strings.HasPrefix(s, ".") || strings.HasPrefix(s, "~") {
+		return false
+	}
+	return strings.ContainsAny(s, "= \t\n\r\v\f")
+}
+
+// isWrite reports whether a *DB operation (as named in Error.Op) writes.
+func isWrite(op string) bool {
+	switch op {
+	case "put", "delete", "put if absent", "put if version":
+		return true
+	}
+	return false
 }
 
 // isBarePath reports whether s names a path rather than a URL: it starts

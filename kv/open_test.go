@@ -203,3 +203,111 @@ func TestRedactURLHidesUserInfoAndSecretParameters(t *testing.T) {
 		}
 	}
 }
+
+// A string without a scheme that holds '=' or a space is key=value
+// settings more likely than a folder: it is refused, without quoting it
+// (it may hold a password), and pointing at the URL form. Explicit paths
+// keep working.
+func TestOpenRefusesSettingsAsPath(t *testing.T) {
+	registerTestDrivers()
+	for _, raw := range []string{"host=db.internal user=app password=hunter2", "dbname=x", "my state", "a\tb"} {
+		_, err := kv.Open(context.Background(), raw)
+		if err == nil {
+			t.Errorf("Open(%q) succeeded; want a refusal", raw)
+			continue
+		}
+		msg := err.Error()
+		if strings.Contains(msg, "hunter2") || strings.Contains(msg, "db.internal") {
+			t.Errorf("Open(%q) = %q: the error quotes the input", raw, msg)
+		}
+		for _, want := range []string{"postgres://", "file:PATH"} {
+			if !strings.Contains(msg, want) {
+				t.Errorf("Open(%q) = %q, want it to show %q", raw, msg, want)
+			}
+		}
+	}
+	for _, raw := range []string{"./my state", "/srv/a=b", "~/x y", "file:my state"} {
+		db, err := kv.Open(context.Background(), raw)
+		if err != nil {
+			t.Errorf("Open(%q): %v; an explicit path is a path", raw, err)
+			continue
+		}
+		_ = db.Close()
+		if u := lastOpened(t); u.Scheme != "file" {
+			t.Errorf("Open(%q) opened scheme %q", raw, u.Scheme)
+		}
+	}
+}
+
+func TestOpenUnknownSchemeIsNoDriverError(t *testing.T) {
+	registerTestDrivers()
+	_, err := kv.Open(context.Background(), "Bogus://x")
+	var nd *kv.NoDriverError
+	if !errors.As(err, &nd) || nd.Scheme != "bogus" || !slices.Contains(nd.Schemes, "mem") {
+		t.Fatalf("Open(Bogus://x) = %v, want a *kv.NoDriverError for scheme bogus listing mem", err)
+	}
+}
+
+var optsMu sync.Mutex
+var optsSeen []kv.OpenOptions
+
+var registerOptionsOnce sync.Once
+
+func registerOptionsDriver() {
+	registerOptionsOnce.Do(func() {
+		kv.RegisterOptions("kvtest-opts", func(_ context.Context, _ *url.URL, o kv.OpenOptions) (*kv.DB, error) {
+			optsMu.Lock()
+			optsSeen = append(optsSeen, o)
+			optsMu.Unlock()
+			return memkv.New(), nil
+		})
+	})
+}
+
+// OpenWith hands the options to a driver registered with RegisterOptions,
+// and a DB opened read-only refuses every write, whatever its driver.
+func TestOpenWithReadOnly(t *testing.T) {
+	registerTestDrivers()
+	registerOptionsDriver()
+	ctx := context.Background()
+	for _, raw := range []string{"kvtest-opts://x", "kvtest-rec://x"} {
+		db, err := kv.OpenWith(ctx, raw, kv.OpenOptions{ReadOnly: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = db.PutIfAbsent(ctx, "k", nil)
+		for name, err := range map[string]error{
+			"Put":          db.Put(ctx, "k", nil),
+			"Delete":       db.Delete(ctx, "k"),
+			"PutIfAbsent":  err,
+			"PutIfVersion": func() error { _, err := db.PutIfVersion(ctx, "k", nil, "1"); return err }(),
+		} {
+			if !errors.Is(err, kv.ErrReadOnly) {
+				t.Errorf("%s: %s through a read-only DB = %v, want kv.ErrReadOnly", raw, name, err)
+			}
+		}
+		if _, err := db.Get(ctx, "k"); !errors.Is(err, kv.ErrNotFound) {
+			t.Errorf("%s: Get through a read-only DB = %v, want a plain miss", raw, err)
+		}
+		for _, err := range db.List(ctx, "") {
+			if err != nil {
+				t.Errorf("%s: List through a read-only DB: %v", raw, err)
+			}
+		}
+		_ = db.Close()
+	}
+	optsMu.Lock()
+	seen := slices.Clone(optsSeen)
+	optsMu.Unlock()
+	if len(seen) != 1 || !seen[0].ReadOnly {
+		t.Errorf("the options driver saw %+v, want one read-only open", seen)
+	}
+	db, err := kv.Open(ctx, "kvtest-opts://x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if err := db.Put(ctx, "k", nil); err != nil {
+		t.Errorf("Put through a DB opened by Open: %v", err)
+	}
+}

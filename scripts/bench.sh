@@ -4,6 +4,7 @@
 #
 #   scripts/bench.sh turn              # every turn-path figure (below), ~25 min
 #   scripts/bench.sh floor length      # some of them
+#   scripts/bench.sh drivers           # every kv driver against its raw client
 #
 # Targets of the turn path (docs/benchmarks.md, "The turn path"):
 #   floor    bench/turn BenchmarkFloor: single event append vs the fsync floor
@@ -17,6 +18,10 @@
 #   profile  CPU profiles of the turn (go test -cpuprofile, go tool pprof -top)
 #            and where 16 concurrent turns wait (-blockprofile)
 #   turn     all of the above
+#   drivers  every kv driver paired with its raw client inside one loop
+#            (kvtest.RunPaired: driver-ns/op, raw-ns/op, driver/raw), with the
+#            NATS listing floor and the Redis listing's CPU; starts the local
+#            servers as the tests do (scripts/services.sh, s3server.sh)
 #
 # Environment:
 #   OUT    the folder for the results (default /tmp/agentkit-bench-DATE-TIME)
@@ -170,6 +175,21 @@ run_load() {
   go run ./bench/load -bin "$OUT/agentkit" -clients 1,16 -duration "$LOAD_DURATION" -rounds 2 | tee "$OUT/load.txt"
 }
 
+run_drivers() {
+  step "drivers: each against its raw client, paired"
+  scripts/services.sh
+  eval "$(scripts/s3server.sh versitygw start)"
+  local entry pkg bench file
+  for entry in "pgkv Postgres" "rediskv Redis" "natskv NATS" "s3kv S3" \
+    "sqlitekv SQLite/full/Paired" "filekv File/PairedPutVsRaw"; do
+    read -r pkg bench <<<"$entry"
+    file=$OUT/drivers-${bench//\//-}.txt
+    step "drivers: $pkg $bench"
+    go test -run '^$' -bench "$bench" -count "$COUNT" -timeout 90m "./kv/$pkg/" > "$file"
+    summary "$file"
+  done
+}
+
 run_profile() {
   step "profile: where a turn's CPU time goes"
   turn_test
@@ -186,11 +206,11 @@ run_profile() {
   head -60 "$OUT/turn-pprof-cum.txt"
 }
 
-[ $# -gt 0 ] || { sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+[ $# -gt 0 ] || { sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 conditions
 for target in "$@"; do
   case "$target" in
-    floor | length | restore | turnalone | adk | fsyncs | load | profile) "run_$target" ;;
+    floor | length | restore | turnalone | adk | fsyncs | load | profile | drivers) "run_$target" ;;
     turn)
       for t in floor length restore turnalone adk fsyncs load profile; do "run_$t"; done
       ;;

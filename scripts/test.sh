@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Runs every check and test of agentkit, setting up what it needs:
 # gofmt, go vet, staticcheck (pinned), the local servers the driver tests
-# use (PostgreSQL, Redis, NATS; an S3-compatible server, versitygw, pinned and
-# installed by scripts/versitygw.sh), Chromium for the browser tests
-# (scripts/chromium.sh), then go test -race ./...
+# use (PostgreSQL, Redis, NATS; two S3-compatible servers, versitygw and
+# MinIO, pinned, built once into the tool cache and started by
+# scripts/s3server.sh), Chromium for the browser tests (scripts/chromium.sh),
+# then go test -race ./...
 #
 # Environment: CI=true makes a driver test fail instead of skip when its
 # server is missing. GOFLAGS and TESTFLAGS pass through (TESTFLAGS goes to
@@ -35,9 +36,16 @@ scripts/services.sh
 step "Chromium (browser tests)"
 scripts/chromium.sh || echo "chromium: not installed; the browser tests will fail under CI" >&2
 
-step "S3-compatible server (versitygw)"
-eval "$(scripts/versitygw.sh start)"
-trap 'scripts/versitygw.sh stop >/dev/null 2>&1 || true' EXIT
+step "S3-compatible servers (versitygw, MinIO)"
+# Each is stopped on exit only if this run started it.
+stop_s3=()
+for server in versitygw minio; do
+	if ! scripts/s3server.sh "$server" status; then
+		stop_s3+=("$server")
+	fi
+	eval "$(scripts/s3server.sh "$server" start)"
+done
+trap 'for s in "${stop_s3[@]}"; do scripts/s3server.sh "$s" stop >/dev/null 2>&1 || true; done' EXIT
 
 step "go test -race"
 # -count=1: never reuse cached results; the driver tests exercise live servers.

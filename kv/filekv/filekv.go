@@ -58,21 +58,20 @@ import (
 	"hash/maphash"
 	"io"
 	"io/fs"
-	"iter"
 	"net/url"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 
 	"agentkit/kv"
+	"agentkit/kv/internal/driverkit"
 )
 
 func init() {
-	kv.Register("file", openURL)
+	kv.RegisterOptions("file", openURL)
 }
 
 const (
@@ -97,7 +96,7 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 // empty, or a folder this driver created. A folder another store holds open
 // fails with a *LockedError.
 func Open(ctx context.Context, dir string) (*kv.DB, error) {
-	s, err := open(ctx, dir)
+	s, err := open(ctx, dir, false)
 	if err != nil {
 		return nil, err
 	}
@@ -106,7 +105,7 @@ func Open(ctx context.Context, dir string) (*kv.DB, error) {
 
 // openURL opens a file URL: file:/abs, file:relative, file:///abs, or the
 // bare path kv.Open passes as Path.
-func openURL(ctx context.Context, u *url.URL) (*kv.DB, error) {
+func openURL(ctx context.Context, u *url.URL, o kv.OpenOptions) (*kv.DB, error) {
 	var dir string
 	switch {
 	case u.Opaque != "":
@@ -120,21 +119,14 @@ func openURL(ctx context.Context, u *url.URL) (*kv.DB, error) {
 	default:
 		dir = u.Path
 	}
-	if u.RawQuery != "" {
-		names := slices.Sorted(mapKeys(u.Query()))
-		return nil, fmt.Errorf("filekv: the file driver takes no options, but the URL sets %s; remove the query", strings.Join(names, ", "))
+	if _, err := driverkit.Params(u); err != nil {
+		return nil, fmt.Errorf("filekv: %w", err)
 	}
-	return Open(ctx, dir)
-}
-
-func mapKeys(q url.Values) iter.Seq[string] {
-	return func(yield func(string) bool) {
-		for k := range q {
-			if !yield(k) {
-				return
-			}
-		}
+	s, err := open(ctx, dir, o.ReadOnly)
+	if err != nil {
+		return nil, err
 	}
+	return kv.New("file", s)
 }
 
 // store is the backend. Every exported method checks closed under closeMu
@@ -157,6 +149,10 @@ type store struct {
 	// on disk: this process created or saw them and fsynced their parents.
 	durable sync.Map
 
+	// sys makes the system calls of durable writes (realSys; tests
+	// record them).
+	sys durable
+
 	seed    maphash.Seed
 	stripes [64]sync.Mutex // serialise writes to one key
 	tmpSeq  atomic.Uint64
@@ -167,7 +163,9 @@ var (
 	_ kv.CAS   = (*store)(nil)
 )
 
-func open(ctx context.Context, dir string) (*store, error) {
+// open opens the store at dir. readOnly creates and writes nothing: the
+// folder must be a store already, and its temporary files are left alone.
+func open(ctx context.Context, dir string, readOnly bool) (*store, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -182,7 +180,11 @@ func open(ctx context.Context, dir string) (*store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("filekv: resolve %s: %w", dir, err)
 	}
-	if err := os.MkdirAll(abs, dirPerm); err != nil {
+	if readOnly {
+		if _, err := os.Stat(filepath.Join(abs, formatName)); err != nil {
+			return nil, fmt.Errorf("filekv: no file store at %s (opened read-only, so none was created): %w", abs, err)
+		}
+	} else if err := os.MkdirAll(abs, dirPerm); err != nil {
 		return nil, fmt.Errorf("filekv: create the folder: %w", err)
 	}
 	fi, err := os.Stat(abs)
@@ -192,7 +194,7 @@ func open(ctx context.Context, dir string) (*store, error) {
 	if !fi.IsDir() {
 		return nil, fmt.Errorf("filekv: %s is not a folder; name a folder (created if missing) for the store", abs)
 	}
-	s := &store{dir: abs, seed: maphash.MakeSeed()}
+	s := &store{dir: abs, seed: maphash.MakeSeed(), sys: realSys{}}
 	// Refuse a folder of other files before leaving a lock file in it;
 	// prepare checks again under the lock.
 	if _, err := os.Lstat(filepath.Join(abs, formatName)); errors.Is(err, fs.ErrNotExist) {
@@ -200,12 +202,12 @@ func open(ctx context.Context, dir string) (*store, error) {
 			return nil, err
 		}
 	}
-	lock, err := lockRoot(abs)
+	lock, err := lockRoot(abs, readOnly)
 	if err != nil {
 		return nil, err
 	}
 	s.lock = lock
-	if err := s.prepare(); err != nil {
+	if err := s.prepare(readOnly); err != nil {
 		lock.Close()
 		return nil, err
 	}
@@ -215,9 +217,11 @@ func open(ctx context.Context, dir string) (*store, error) {
 // prepare checks or writes the format file, refuses case-insensitive file
 // systems, removes temporary files a crash left, and makes the root's own
 // entry durable.
-func (s *store) prepare() error {
+func (s *store) prepare(readOnly bool) error {
 	b, err := os.ReadFile(filepath.Join(s.dir, formatName))
 	switch {
+	case errors.Is(err, fs.ErrNotExist) && readOnly:
+		return fmt.Errorf("filekv: %s is not a file store (no %s file)", s.dir, formatName)
 	case errors.Is(err, fs.ErrNotExist):
 		if err := s.initFormat(); err != nil {
 			return err
@@ -239,10 +243,13 @@ func (s *store) prepare() error {
 	if _, err := os.Lstat(filepath.Join(s.dir, strings.ToUpper(formatName))); err == nil {
 		return fmt.Errorf("filekv: %s is on a case-insensitive file system, where keys differing only in case would share a file; put the store on a case-sensitive file system or use the sqlite driver", s.dir)
 	}
+	if readOnly {
+		return nil
+	}
 	if err := s.removeTemps(); err != nil {
 		return err
 	}
-	if err := syncDir(filepath.Dir(s.dir)); err != nil {
+	if err := syncDir(s.sys, filepath.Dir(s.dir)); err != nil {
 		return fmt.Errorf("filekv: sync the folder above the root: %w", err)
 	}
 	return nil
@@ -258,14 +265,14 @@ func (s *store) initFormat() error {
 	tmp := filepath.Join(s.dir, tmpPrefix+"format")
 	os.Remove(tmp) // left by a crash during an earlier first open
 	data := []byte(formatPrefix + strconv.Itoa(formatVersion) + "\n")
-	if err := writeSynced(tmp, data); err != nil {
+	if err := writeSynced(s.sys, tmp, data); err != nil {
 		return fmt.Errorf("filekv: write the format file: %w", err)
 	}
-	if err := os.Rename(tmp, filepath.Join(s.dir, formatName)); err != nil {
+	if err := s.sys.Rename(tmp, filepath.Join(s.dir, formatName)); err != nil {
 		os.Remove(tmp)
 		return fmt.Errorf("filekv: write the format file: %w", err)
 	}
-	return syncDir(s.dir)
+	return syncDir(s.sys, s.dir)
 }
 
 // checkEmpty fails unless the root holds only files this driver makes.
@@ -402,7 +409,7 @@ func (s *store) Delete(ctx context.Context, key string) error {
 	err := os.Remove(filepath.Join(s.abs(dir), name))
 	removed := err == nil
 	if removed {
-		err = syncDir(s.abs(dir))
+		err = syncDir(s.sys, s.abs(dir))
 	} else if errors.Is(err, fs.ErrNotExist) {
 		err = nil
 	}
@@ -496,7 +503,7 @@ func (s *store) write(ctx context.Context, dir, name string, value []byte) (kv.V
 		parts = [][]byte{append(hdr[:], value...)}
 	}
 	tmp := filepath.Join(s.dir, tmpPrefix+strconv.FormatUint(s.tmpSeq.Add(1), 36))
-	if err := writeSynced(tmp, parts...); err != nil {
+	if err := writeSynced(s.sys, tmp, parts...); err != nil {
 		return "", err
 	}
 	if err := ctx.Err(); err != nil {
@@ -518,7 +525,7 @@ func (s *store) install(tmp, dir, name string) error {
 	if err := s.rename(tmp, dir, filepath.Join(target, name)); err != nil {
 		return err
 	}
-	return syncDir(target)
+	return syncDir(s.sys, target)
 }
 
 // rename makes dir and renames tmp to path, with tree held shared so
@@ -530,7 +537,7 @@ func (s *store) rename(tmp, dir, path string) error {
 		if err := s.ensureDir(dir); err != nil {
 			return err
 		}
-		err := os.Rename(tmp, path)
+		err := s.sys.Rename(tmp, path)
 		if errors.Is(err, fs.ErrNotExist) && attempt == 0 && dir != "" {
 			// The folder vanished under us (removed by hand): forget
 			// that it was durable and make it again, once.
@@ -568,7 +575,7 @@ func (s *store) ensureDir(dir string) error {
 	// writer may have made some of these folders; syncing them here is
 	// what lets this write rely on them.
 	for i := known; i < len(parts); i++ {
-		if err := syncDir(s.abs(strings.Join(parts[:i], "/"))); err != nil {
+		if err := syncDir(s.sys, s.abs(strings.Join(parts[:i], "/"))); err != nil {
 			return err
 		}
 		s.durable.Store(strings.Join(parts[:i+1], "/"), struct{}{})

@@ -40,10 +40,15 @@ func (e *LockedError) Error() string {
 
 // lockRoot takes the exclusive lock on dir's lock file and records this
 // process's id in it. The lock lasts as long as the returned file is open;
-// the kernel releases it when the process dies, however it dies.
-func lockRoot(dir string) (*os.File, error) {
+// the kernel releases it when the process dies, however it dies. readOnly
+// neither creates the lock file nor writes to it.
+func lockRoot(dir string, readOnly bool) (*os.File, error) {
 	path := filepath.Join(dir, lockName)
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	flags := os.O_RDWR | os.O_CREATE
+	if readOnly {
+		flags = os.O_RDONLY
+	}
+	f, err := os.OpenFile(path, flags, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("filekv: open the lock file: %w", err)
 	}
@@ -59,6 +64,9 @@ func lockRoot(dir string) (*os.File, error) {
 			return nil, &LockedError{Dir: dir, PID: readPID(path)}
 		}
 		return nil, fmt.Errorf("filekv: lock %s: %w", path, err)
+	}
+	if readOnly {
+		return f, nil
 	}
 	pid := []byte(strconv.Itoa(os.Getpid()) + "\n")
 	if err = f.Truncate(0); err == nil {

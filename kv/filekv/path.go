@@ -2,6 +2,8 @@ package filekv
 
 import (
 	"strings"
+
+	"agentkit/kv/internal/driverkit"
 )
 
 // How keys become paths.
@@ -33,9 +35,11 @@ const (
 	// maxPiece bounds the encoded bytes of one piece. With the two bytes
 	// the trailing-".kv" escape can add and a three-byte suffix, a name
 	// stays well under the 255-byte limit of common file systems.
-	maxPiece  = 240
-	hexDigits = "0123456789ABCDEF"
+	maxPiece = 240
 )
+
+// esc spells a byte that is not literal as '+' and two hex digits.
+var esc = driverkit.Escaper{Mark: '+', Keep: literal}
 
 // literal reports whether c is kept as itself in a name.
 func literal(c byte) bool {
@@ -125,13 +129,7 @@ func appendPiece(b *strings.Builder, raw string, last bool) {
 	}
 	for i := 0; i < len(raw); i++ {
 		c := raw[i]
-		if literal(c) && !(c == '.' && (i == 0 || i == kvDot)) {
-			b.WriteByte(c)
-			continue
-		}
-		b.WriteByte('+')
-		b.WriteByte(hexDigits[c>>4])
-		b.WriteByte(hexDigits[c&15])
+		esc.Put(b, c, c == '.' && (i == 0 || i == kvDot))
 	}
 }
 
@@ -142,45 +140,7 @@ func decodeText(s string) (string, bool) {
 	if s == emptySegment {
 		return "", true
 	}
-	if strings.IndexByte(s, '+') < 0 {
-		for i := 0; i < len(s); i++ {
-			if !literal(s[i]) {
-				return "", false
-			}
-		}
-		return s, true
-	}
-	out := make([]byte, 0, len(s))
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c != '+' {
-			if !literal(c) {
-				return "", false
-			}
-			out = append(out, c)
-			continue
-		}
-		if i+2 >= len(s) {
-			return "", false
-		}
-		hi, lo := unhex(s[i+1]), unhex(s[i+2])
-		if hi < 0 || lo < 0 {
-			return "", false
-		}
-		out = append(out, byte(hi<<4|lo))
-		i += 2
-	}
-	return string(out), true
-}
-
-func unhex(c byte) int {
-	switch {
-	case '0' <= c && c <= '9':
-		return int(c - '0')
-	case 'A' <= c && c <= 'F':
-		return int(c-'A') + 10
-	}
-	return -1
+	return esc.Unescape(s)
 }
 
 // entryKind is what a directory entry's name says it is.

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io"
 	"io/fs"
+	"os"
 
 	"golang.org/x/sys/unix"
 )
@@ -85,32 +86,61 @@ func readHeader(path string) ([headerSize]byte, error) {
 	return h, nil
 }
 
+// durable is the seam between the driver and the system calls that make a
+// write durable: create, write, fsync and close a file, rename it into
+// place, fsync a folder. The store calls them through this interface only,
+// so a test can record their order (see sysfile_test.go); realSys is what
+// runs.
+type durable interface {
+	Open(path string, flags int, perm uint32) (int, error)
+	Write(fd int, p []byte) (int, error)
+	Fsync(fd int) error
+	Close(fd int) error
+	Rename(from, to string) error
+}
+
+// realSys makes the system calls, retrying on EINTR.
+type realSys struct{}
+
+func (realSys) Open(path string, flags int, perm uint32) (int, error) {
+	return openFD("open", path, flags, perm)
+}
+
+func (realSys) Write(fd int, p []byte) (n int, err error) {
+	err = retry(func() (err error) {
+		n, err = unix.Write(fd, p)
+		return err
+	})
+	return n, err
+}
+
+func (realSys) Fsync(fd int) error           { return retry(func() error { return unix.Fsync(fd) }) }
+func (realSys) Close(fd int) error           { return unix.Close(fd) }
+func (realSys) Rename(from, to string) error { return os.Rename(from, to) }
+
 // writeSynced creates path exclusively, writes the parts and fsyncs it. On
 // failure the file is removed.
-func writeSynced(path string, parts ...[]byte) error {
-	fd, err := openFD("create", path, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL, filePerm)
+func writeSynced(sys durable, path string, parts ...[]byte) error {
+	fd, err := sys.Open(path, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL, filePerm)
 	if err != nil {
 		return err
 	}
 	err = func() error {
 		for _, p := range parts {
 			for len(p) > 0 {
-				var n int
-				if err := retry(func() (err error) {
-					n, err = unix.Write(fd, p)
-					return err
-				}); err != nil {
+				n, err := sys.Write(fd, p)
+				if err != nil {
 					return &fs.PathError{Op: "write", Path: path, Err: err}
 				}
 				p = p[n:]
 			}
 		}
-		if err := retry(func() error { return unix.Fsync(fd) }); err != nil {
+		if err := sys.Fsync(fd); err != nil {
 			return &fs.PathError{Op: "fsync", Path: path, Err: err}
 		}
 		return nil
 	}()
-	if cerr := unix.Close(fd); err == nil && cerr != nil {
+	if cerr := sys.Close(fd); err == nil && cerr != nil {
 		err = &fs.PathError{Op: "close", Path: path, Err: cerr}
 	}
 	if err != nil {
@@ -120,13 +150,13 @@ func writeSynced(path string, parts ...[]byte) error {
 }
 
 // syncDir fsyncs a folder, making the entries in it durable.
-func syncDir(path string) error {
-	fd, err := openFD("open", path, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+func syncDir(sys durable, path string) error {
+	fd, err := sys.Open(path, unix.O_RDONLY|unix.O_DIRECTORY, 0)
 	if err != nil {
 		return err
 	}
-	err = retry(func() error { return unix.Fsync(fd) })
-	unix.Close(fd)
+	err = sys.Fsync(fd)
+	sys.Close(fd)
 	if err != nil {
 		return &fs.PathError{Op: "fsync", Path: path, Err: err}
 	}

@@ -417,6 +417,38 @@ func (b ignoresContext) Get(_ context.Context, key string) ([]byte, error) {
 	return b.Store.Get(context.Background(), key)
 }
 
+// unorderedDelete serialises its conditional writes under a lock that
+// Delete does not take, as versitygw's posix backend did: a PutIfVersion
+// that has checked the version writes after a concurrent Delete returned.
+type unorderedDelete struct {
+	*memkv.Store
+	mu *sync.Mutex
+}
+
+func (b unorderedDelete) PutIfVersion(ctx context.Context, key string, value []byte, expected kv.Version) (kv.Version, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	_, ver, err := b.Store.GetWithVersion(ctx, key)
+	if errors.Is(err, kv.ErrNotFound) || err == nil && ver != expected {
+		return "", kv.ErrConflict
+	}
+	if err != nil {
+		return "", err
+	}
+	time.Sleep(time.Millisecond) // the write to disk; Delete does not wait
+	if err := b.Store.Put(ctx, key, value); err != nil {
+		return "", err
+	}
+	_, ver, err = b.Store.GetWithVersion(ctx, key)
+	return ver, err
+}
+
+func (b unorderedDelete) PutIfAbsent(ctx context.Context, key string, value []byte) (kv.Version, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.Store.PutIfAbsent(ctx, key, value)
+}
+
 // valueInErrors quotes the value in its conflict errors.
 type valueInErrors struct{ *memkv.Store }
 
@@ -531,6 +563,13 @@ func TestSuiteCatchesBrokenBackends(t *testing.T) {
 			h:       memHarness(func(s *memkv.Store) any { return nonAtomicCAS{s} }),
 			want:    []string{"ConcurrentConditionalWritesOneWinner", "ConcurrentConditionalWritesOneWinnerAcrossClients", "CASCounterCountsExactly", "Linearizable"},
 			details: []string{"exactly one must", "increments were lost"},
+		},
+		{
+			name:    "DeleteOutsideTheConditionalWritesLock",
+			h:       memHarness(func(s *memkv.Store) any { return unorderedDelete{s, new(sync.Mutex)} }),
+			want:    []string{"DeleteOrderedWithConditionalWrites"},
+			details: []string{"the write landed after the delete"},
+			only:    true,
 		},
 		{
 			name:    "ListDropsAKey",

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"agentkit/kv"
 )
@@ -24,6 +25,7 @@ func casChecks() []check {
 		{"TokenWorksAcrossClientsAndReopen", "a version token still works from a second client and after reopening the store", needCAS, checkTokenPortable},
 		{"ConcurrentConditionalWritesOneWinner", "among concurrent conditional writes against one version (or absence) of a key exactly one wins, and the losers get kv.ErrConflict", needCAS, checkRace},
 		{"ConcurrentConditionalWritesOneWinnerAcrossClients", "among concurrent conditional writes from independent clients against one version of a key exactly one wins", needCAS | needShared, checkRaceAcrossClients},
+		{"DeleteOrderedWithConditionalWrites", "a Delete racing a conditional write is ordered with it: once both return, a PutIfVersion that won was followed by the delete (the key is gone), and a PutIfAbsent wins only if the delete came first", needCAS | needDelete, checkDeleteRaces},
 		{"CASCounterCountsExactly", "a counter incremented by concurrent CAS loops ends at exactly the number of successful increments", needCAS, checkCounter},
 		{"Linearizable", "a concurrent history of Get, Put, PutIfAbsent, PutIfVersion and Delete is linearizable", needCAS, checkLinearizable},
 	}
@@ -489,5 +491,89 @@ func checkCounter(t testing.TB, s *suite) {
 	}
 	if successes != workers*increments {
 		t.Errorf("%d increments succeeded, want %d", successes, workers*increments)
+	}
+}
+
+// checkDeleteRaces races a Delete from one client against a conditional
+// write from another, round after round, and checks that the two were
+// ordered. Three kinds of round: a PutIfVersion of an existing key (once
+// both return, a winning write was followed by the delete, so the key is
+// gone), a PutIfAbsent of an existing key (it wins only if the delete came
+// first, and then the key holds its value), and a PutIfAbsent of a key
+// deleted before the round (absent all along, so it must win). A server
+// that removes objects outside the lock of its conditional writes
+// (versitygw's DeleteObject) breaks the first; jetstream's own Create broke
+// the last: it read a delete marker's revision, lost to the next marker,
+// and reported "exists" for an absent key.
+func checkDeleteRaces(t testing.TB, s *suite) {
+	a, b := s.twoClients(t)
+	ctx := t.Context()
+	const rounds = 48
+	for round := range rounds {
+		kind := round % 3
+		key := fmt.Sprint("del/", round)
+		t0 := time.Now()
+		ver := mustPutIfAbsent(t, a, key, []byte("old"))
+		if kind == 2 {
+			if err := b.Delete(ctx, key); err != nil {
+				t.Fatalf("round %d: Delete: %v", round, err)
+			}
+		}
+		// The delete starts later by 0 to 2.6 times a write's time, swept
+		// over the rounds, so it lands at every point of the conditional
+		// write's progress (a driver's create may take three round trips),
+		// where a broken store has its window.
+		lag := time.Since(t0) * time.Duration(round/3%8) * 3 / 8
+		var (
+			wg         sync.WaitGroup
+			werr, derr error
+			start      = make(chan struct{})
+		)
+		write := func() {
+			defer wg.Done()
+			<-start
+			if kind == 0 {
+				_, werr = a.PutIfVersion(ctx, key, []byte("new"), ver)
+			} else {
+				_, werr = a.PutIfAbsent(ctx, key, []byte("new"))
+			}
+		}
+		del := func() {
+			defer wg.Done()
+			<-start
+			time.Sleep(lag)
+			derr = b.Delete(ctx, key)
+		}
+		// The goroutine started last tends to run first: alternate, so
+		// each side gets the head start in half the rounds.
+		wg.Add(2)
+		if round/2%2 == 0 {
+			go write()
+			go del()
+		} else {
+			go del()
+			go write()
+		}
+		close(start)
+		wg.Wait()
+		if derr != nil {
+			t.Fatalf("round %d: Delete: %v", round, derr)
+		}
+		if werr != nil && !errors.Is(werr, kv.ErrConflict) {
+			t.Fatalf("round %d: the conditional write: %v, want success or kv.ErrConflict", round, werr)
+		}
+		v, err := read(ctx, a, key)
+		present := err == nil
+		if err != nil && !errors.Is(err, kv.ErrNotFound) {
+			t.Fatalf("round %d: reading %q: %v", round, key, err)
+		}
+		switch {
+		case kind == 0 && present:
+			t.Fatalf("round %d: PutIfVersion (error %v) and Delete both returned, yet %q holds %s: the write landed after the delete", round, werr, key, describe(v))
+		case kind == 1 && (werr == nil) != (present && string(v) == "new"):
+			t.Fatalf("round %d: PutIfAbsent of an existing key racing its Delete returned %v, and afterwards %q is present=%v (%s): a create wins only after the delete, and then the key holds its value", round, werr, key, present, describe(v))
+		case kind == 2 && werr != nil:
+			t.Fatalf("round %d: PutIfAbsent of a key deleted before the round, racing another Delete, failed: %v; the key was absent all along", round, werr)
+		}
 	}
 }

@@ -13,6 +13,7 @@ package memkv
 
 import (
 	"context"
+	"fmt"
 	"iter"
 	"net/url"
 	"slices"
@@ -21,10 +22,14 @@ import (
 	"sync"
 
 	"agentkit/kv"
+	"agentkit/kv/internal/driverkit"
 )
 
 func init() {
-	kv.Register("mem", func(_ context.Context, u *url.URL) (*kv.DB, error) {
+	kv.RegisterOptions("mem", func(_ context.Context, u *url.URL, o kv.OpenOptions) (*kv.DB, error) {
+		if _, err := driverkit.Params(u); err != nil {
+			return nil, fmt.Errorf("memkv: %w (write mem:// or mem://NAME)", err)
+		}
 		name := u.Host
 		if name == "" {
 			name = strings.Trim(u.Opaque, "/")
@@ -35,6 +40,9 @@ func init() {
 		namedMu.Lock()
 		defer namedMu.Unlock()
 		s, ok := named[name]
+		if !ok && o.ReadOnly {
+			return New(), nil // nothing to read; remember nothing
+		}
 		if !ok {
 			s = NewStore()
 			named[name] = s

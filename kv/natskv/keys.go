@@ -2,6 +2,8 @@ package natskv
 
 import (
 	"strings"
+
+	"agentkit/kv/internal/driverkit"
 )
 
 // JetStream keys are subjects: the alphabet is [-/_=.a-zA-Z0-9], a dot
@@ -12,61 +14,41 @@ import (
 //     prefix ending in '/' can be listed with a token filter ("a.b.>");
 //   - within a segment, the bytes A-Z a-z 0-9 '-' '_' stay as they are and
 //     every other byte (the '.' and the '=' included) becomes '=' and two
-//     upper-case hex digits;
+//     upper-case hex digits (driverkit's escape);
 //   - an empty segment becomes the token "=", which no non-empty segment
 //     produces (its escapes always carry two hex digits).
 //
 // The mapping does not keep the order of keys, so listings sort after
 // decoding.
 
-const hexDigits = "0123456789ABCDEF"
+// esc spells a segment in JetStream's alphabet.
+var esc = driverkit.Escaper{Mark: '=', Keep: driverkit.AlphaNum}
 
-func plain(c byte) bool {
-	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_'
-}
+// emptyToken spells the empty segment.
+const emptyToken = "="
 
 // encodeKey maps a kv key (or a '/'-terminated part of one) to a JetStream key.
 func encodeKey(key string) string {
 	var b strings.Builder
 	b.Grow(len(key) + len(key)/2)
-	start := true
-	for i := 0; i < len(key); i++ {
-		c := key[i]
-		if c == '/' {
-			if start {
-				b.WriteByte('=')
-			}
+	first := true
+	for seg := range strings.SplitSeq(key, "/") {
+		if !first {
 			b.WriteByte('.')
-			start = true
+		}
+		first = false
+		if seg == "" {
+			b.WriteString(emptyToken)
 			continue
 		}
-		start = false
-		if plain(c) {
-			b.WriteByte(c)
-			continue
-		}
-		b.WriteByte('=')
-		b.WriteByte(hexDigits[c>>4])
-		b.WriteByte(hexDigits[c&15])
-	}
-	if start {
-		b.WriteByte('=')
+		esc.Write(&b, seg)
 	}
 	return b.String()
 }
 
-func unhex(c byte) (byte, bool) {
-	switch {
-	case c >= '0' && c <= '9':
-		return c - '0', true
-	case c >= 'A' && c <= 'F':
-		return c - 'A' + 10, true
-	}
-	return 0, false
-}
-
 // decodeKey reverses encodeKey. It reports false for a JetStream key this
-// driver did not write (one outside the image of encodeKey).
+// driver did not write (one outside the image of encodeKey): only the
+// canonical spelling decodes, so the mapping stays injective both ways.
 func decodeKey(s string) (string, bool) {
 	var b strings.Builder
 	b.Grow(len(s))
@@ -79,29 +61,14 @@ func decodeKey(s string) (string, bool) {
 		switch tok {
 		case "":
 			return "", false
-		case "=":
-			continue // an empty segment
+		case emptyToken:
+			continue
 		}
-		for i := 0; i < len(tok); i++ {
-			c := tok[i]
-			if plain(c) {
-				b.WriteByte(c)
-				continue
-			}
-			if c != '=' || i+2 >= len(tok) {
-				return "", false
-			}
-			hi, ok1 := unhex(tok[i+1])
-			lo, ok2 := unhex(tok[i+2])
-			v := hi<<4 | lo
-			// Only the canonical form decodes, so the mapping stays
-			// injective in both directions.
-			if !ok1 || !ok2 || plain(v) || v == '/' {
-				return "", false
-			}
-			b.WriteByte(v)
-			i += 2
+		seg, ok := esc.Unescape(tok)
+		if !ok || esc.Len(seg) != len(tok) || strings.IndexByte(seg, '/') >= 0 {
+			return "", false // a byte escaped that need not be, or a '/'
 		}
+		b.WriteString(seg)
 	}
 	return b.String(), true
 }

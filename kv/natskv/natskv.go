@@ -38,10 +38,11 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"agentkit/kv"
+	"agentkit/kv/internal/driverkit"
 )
 
 func init() {
-	kv.Register("nats", openURL)
+	kv.RegisterOptions("nats", openURL)
 }
 
 // DefaultBucket is the bucket used when the URL names none.
@@ -62,6 +63,9 @@ type Options struct {
 	Replicas int
 	// Memory selects memory storage for a bucket this call creates.
 	Memory bool
+	// ReadOnly opens without creating the bucket: a missing bucket is an
+	// error (kv.OpenOptions.ReadOnly sets it).
+	ReadOnly bool
 }
 
 // Store is the JetStream backend. It implements the full core and the CAS
@@ -109,6 +113,9 @@ func NewStore(ctx context.Context, nc *nats.Conn, opts *Options) (*Store, error)
 		return nil, fmt.Errorf("natskv: %w", err)
 	}
 	b, err := js.KeyValue(ctx, bucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) && opts.ReadOnly {
+		return nil, fmt.Errorf("natskv: the bucket %q does not exist (opened read-only, so it was not created)", bucket)
+	}
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
 		cfg := jetstream.KeyValueConfig{
 			Bucket:      bucket,
@@ -151,7 +158,7 @@ func NewStore(ctx context.Context, nc *nats.Conn, opts *Options) (*Store, error)
 func validBucket(b string) bool {
 	for i := 0; i < len(b); i++ {
 		c := b[i]
-		if !plain(c) {
+		if !driverkit.AlphaNum(c) {
 			return false
 		}
 	}
@@ -159,12 +166,14 @@ func validBucket(b string) bool {
 }
 
 // openURL is the Opener for nats:// URLs.
-func openURL(ctx context.Context, u *url.URL) (*kv.DB, error) {
-	var opts Options
+func openURL(ctx context.Context, u *url.URL, o kv.OpenOptions) (*kv.DB, error) {
+	opts := Options{ReadOnly: o.ReadOnly}
 	var natsOpts []nats.Option
-	q := u.Query()
-	for name, vals := range q {
-		v := vals[len(vals)-1]
+	q, err := driverkit.Params(u, "bucket", "creds", "nkey", "replicas", "storage", "name")
+	if err != nil {
+		return nil, fmt.Errorf("natskv: %w", err)
+	}
+	for name, v := range q {
 		switch name {
 		case "bucket":
 			opts.Bucket = v
@@ -192,8 +201,6 @@ func openURL(ctx context.Context, u *url.URL) (*kv.DB, error) {
 			}
 		case "name":
 			natsOpts = append(natsOpts, nats.Name(v))
-		default:
-			return nil, fmt.Errorf("natskv: unknown URL parameter %q; known: bucket, creds, nkey, replicas, storage, name", name)
 		}
 	}
 	if u.Host == "" {
@@ -204,15 +211,15 @@ func openURL(ctx context.Context, u *url.URL) (*kv.DB, error) {
 	}
 	// Credentials go to the client as options, never in the server URL,
 	// so no error or log line of the client can show them.
-	var secrets []string
+	var secrets driverkit.Secrets
 	if u.User != nil {
 		user := u.User.Username()
 		if pw, ok := u.User.Password(); ok {
 			natsOpts = append(natsOpts, nats.UserInfo(user, pw))
-			secrets = append(secrets, pw)
+			secrets.Add(pw)
 		} else {
 			natsOpts = append(natsOpts, nats.Token(user))
-			secrets = append(secrets, user)
+			secrets.Add(user)
 		}
 	}
 	if dl, ok := ctx.Deadline(); ok {
@@ -235,20 +242,7 @@ func openURL(ctx context.Context, u *url.URL) (*kv.DB, error) {
 }
 
 // redact hides any secret an error message might repeat.
-func redact(err error, secrets []string) error {
-	msg := err.Error()
-	hit := false
-	for _, s := range secrets {
-		if s != "" && strings.Contains(msg, s) {
-			msg = strings.ReplaceAll(msg, s, "xxxxx")
-			hit = true
-		}
-	}
-	if !hit {
-		return err
-	}
-	return errors.New(msg)
-}
+func redact(err error, secrets driverkit.Secrets) error { return secrets.Scrub(err) }
 
 // Bucket returns the bucket's name.
 func (s *Store) Bucket() string { return s.bucket }
@@ -501,22 +495,20 @@ func (s *Store) scan(ctx context.Context, prefix string, values bool) ([]kv.Entr
 			}
 		}()
 	}()
-	latest := map[string][]byte{}
-	seen := map[string]bool{} // encoded keys delivered, deleted ones included
+	// Entries in the order the consumer delivers them, deletions
+	// included; sorted and reduced to each key's last one at the end
+	// (cheaper than maps for the usual listing of distinct keys).
+	var got []found
 	add := func(enc string, deleted bool, value []byte) {
-		seen[enc] = true
 		key, ok := decodeKey(enc)
 		if !ok || !strings.HasPrefix(key, prefix) {
-			return
-		}
-		if deleted {
-			delete(latest, key)
+			got = append(got, found{enc: enc, foreign: true})
 			return
 		}
 		if value == nil {
 			value = []byte{}
 		}
-		latest[key] = value
+		got = append(got, found{enc: enc, key: key, value: value, deleted: deleted})
 	}
 	received := 0
 consume:
@@ -548,11 +540,38 @@ consume:
 		return nil, err
 	}
 	if after != before {
+		seen := make(map[string]bool, len(got))
+		for _, f := range got {
+			seen[f.enc] = true
+		}
 		if err := s.complete(ctx, filter, values, seen, add); err != nil {
 			return nil, err
 		}
 	}
-	return sortEntries(latest), nil
+	return latest(got), nil
+}
+
+// found is one message a listing read: its encoded key, and for a key of
+// the listing, the key, the value and whether it marks a deletion.
+type found struct {
+	enc, key string
+	value    []byte
+	deleted  bool
+	foreign  bool // not a key of this driver, or outside the prefix
+}
+
+// latest returns the entries of the keys whose last message (in the order
+// read) is a value, in ascending key order.
+func latest(got []found) []kv.Entry {
+	slices.SortStableFunc(got, func(a, b found) int { return strings.Compare(a.key, b.key) })
+	out := make([]kv.Entry, 0, len(got))
+	for i, f := range got {
+		if f.foreign || f.deleted || i+1 < len(got) && got[i+1].key == f.key && !got[i+1].foreign {
+			continue // not ours, deleted, or superseded by a later message
+		}
+		out = append(out, kv.Entry{Key: f.key, Value: f.value})
+	}
+	return out
 }
 
 // streamState returns the stream's last sequence and message count, which
@@ -594,13 +613,4 @@ func (s *Store) complete(ctx context.Context, filter string, values bool, seen m
 		add(enc, isDeleteMarker(m.Header), v)
 	}
 	return nil
-}
-
-func sortEntries(m map[string][]byte) []kv.Entry {
-	out := make([]kv.Entry, 0, len(m))
-	for k, v := range m {
-		out = append(out, kv.Entry{Key: k, Value: v})
-	}
-	slices.SortFunc(out, func(a, b kv.Entry) int { return strings.Compare(a.Key, b.Key) })
-	return out
 }

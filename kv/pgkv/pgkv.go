@@ -31,16 +31,15 @@ import (
 	"iter"
 	"net/url"
 	"regexp"
-	"slices"
 	"strconv"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"agentkit/kv"
+	"agentkit/kv/internal/driverkit"
 )
 
 // DefaultTable is the table a store uses when neither the URL nor Options
@@ -62,15 +61,16 @@ const DefaultPageSize = 1000
 const inlineValueLimit = 64 << 10
 
 func init() {
-	open := func(ctx context.Context, u *url.URL) (*kv.DB, error) {
+	open := func(ctx context.Context, u *url.URL, o kv.OpenOptions) (*kv.DB, error) {
 		conn, opts, err := splitURL(u)
 		if err != nil {
 			return nil, err
 		}
+		opts.ReadOnly = o.ReadOnly
 		return Open(ctx, conn, opts)
 	}
-	kv.Register("postgres", open)
-	kv.Register("postgresql", open)
+	kv.RegisterOptions("postgres", open)
+	kv.RegisterOptions("postgresql", open)
 }
 
 // Options configures a store. The zero value (or nil) means the defaults.
@@ -83,23 +83,19 @@ type Options struct {
 	// PageSize is how many rows one listing query reads, DefaultPageSize
 	// when zero.
 	PageSize int
+	// ReadOnly opens without creating the table: a missing table is an
+	// error (kv.OpenOptions.ReadOnly sets it).
+	ReadOnly bool
 }
 
 // splitURL removes the table parameter from a kv URL and returns the
 // connection string for pgx.
 func splitURL(u *url.URL) (string, *Options, error) {
-	c := *u
-	q, err := url.ParseQuery(c.RawQuery)
+	own, rest, err := driverkit.SplitParams(u, "table")
 	if err != nil {
-		return "", nil, fmt.Errorf("pgkv: the URL's query does not parse (%v); escape its parameter values", err)
+		return "", nil, fmt.Errorf("pgkv: %w (the default table is %s)", err, DefaultTable)
 	}
-	opts := &Options{Table: q.Get("table")}
-	if q.Has("table") && opts.Table == "" {
-		return "", nil, errors.New("pgkv: the table parameter is empty; remove it for the default " + DefaultTable + " or name a table")
-	}
-	q.Del("table")
-	c.RawQuery = q.Encode()
-	return c.String(), opts, nil
+	return rest.String(), &Options{Table: own["table"]}, nil
 }
 
 var tableRe = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
@@ -119,8 +115,8 @@ type Store struct {
 	pool     *pgxpool.Pool
 	table    string
 	pageSize int
-	maxValue int      // MaxValueSize; lowered by tests
-	secrets  []string // passwords to scrub from errors
+	maxValue int               // MaxValueSize; lowered by tests
+	secrets  driverkit.Secrets // passwords to scrub from errors
 	sql      statements
 }
 
@@ -205,13 +201,13 @@ func open(ctx context.Context, connString string, opts *Options) (*Store, error)
 	if err != nil {
 		return nil, scrub(fmt.Errorf("pgkv: the connection string does not parse; check its syntax: %w", err), secrets)
 	}
-	secrets = appendSecret(secrets, cfg.ConnConfig.Password)
+	secrets.Add(cfg.ConnConfig.Password)
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, scrub(fmt.Errorf("pgkv: %w", err), secrets)
 	}
 	s := &Store{pool: pool, table: o.Table, pageSize: o.PageSize, maxValue: MaxValueSize, secrets: secrets, sql: newStatements(o.Table)}
-	if err := s.ensureTable(ctx); err != nil {
+	if err := s.ensureTable(ctx, o.ReadOnly); err != nil {
 		pool.Close()
 		return nil, err
 	}
@@ -245,7 +241,7 @@ const lockSpace = 0x616b6b76
 // when it exists. Two processes racing to create it serialise on an
 // advisory lock, since CREATE TABLE IF NOT EXISTS alone can fail with a
 // duplicate-key error when two sessions run it at once.
-func (s *Store) ensureTable(ctx context.Context) error {
+func (s *Store) ensureTable(ctx context.Context, readOnly bool) error {
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return s.err(fmt.Errorf("pgkv: connect: %w", err))
@@ -257,6 +253,9 @@ func (s *Store) ensureTable(ctx context.Context) error {
 	exists, err := s.checkColumns(ctx, conn)
 	if err != nil || exists {
 		return err
+	}
+	if readOnly {
+		return fmt.Errorf("pgkv: the table %s does not exist (opened read-only, so it was not created); name the table with the table parameter", s.table)
 	}
 	err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1, hashtext(current_schema() || '.' || $2))", int32(lockSpace), s.table); err != nil {
@@ -492,7 +491,7 @@ func (s *Store) ListKeys(ctx context.Context, prefix string) iter.Seq2[string, e
 // page slice is reused.
 func pages[T any](ctx context.Context, s *Store, prefix string, q pageQueries, read func(pgx.Rows, []T) ([]T, error), key func(T) string) iter.Seq2[[]T, error] {
 	return func(yield func([]T, error) bool) {
-		upper, bounded := successor(prefix)
+		upper, bounded := driverkit.PrefixEnd(prefix)
 		sql, after := q.first, prefix
 		if bounded {
 			sql = q.firstBounded
@@ -533,28 +532,6 @@ func pages[T any](ctx context.Context, s *Store, prefix string, q pageQueries, r
 	}
 }
 
-// successor returns the least string greater than every string that starts
-// with prefix, built by incrementing the last code point that can be
-// incremented (UTF-8 sorts bytewise in code point order), and false when
-// there is none (the empty prefix, or one made only of U+10FFFF).
-func successor(prefix string) (string, bool) {
-	for prefix != "" {
-		r, size := utf8.DecodeLastRuneInString(prefix)
-		prefix = prefix[:len(prefix)-size]
-		if r == utf8.RuneError && size == 1 {
-			continue // not reached for valid UTF-8 keys
-		}
-		r++
-		if r == 0xD800 {
-			r = 0xE000 // skip the surrogates, which UTF-8 cannot hold
-		}
-		if r <= utf8.MaxRune {
-			return prefix + string(r), true
-		}
-	}
-	return "", false
-}
-
 // err scrubs credentials from a pgx error. Connection errors carry the whole
 // connection configuration, password included, so they are replaced by
 // their message (which names only the user and database).
@@ -567,19 +544,14 @@ func (s *Store) err(err error) error {
 
 // scrub returns err unless its message or a connection error in its chain
 // could expose one of secrets; then it returns a plain error with the
-// secrets masked, which still unwraps to the cause of the connection error.
-func scrub(err error, secrets []string) error {
+// secrets masked, which still unwraps to the cause of the connection error
+// (a *pgconn.ConnectError holds the whole configuration, password included,
+// for anyone who asks errors.As).
+func scrub(err error, secrets driverkit.Secrets) error {
 	if err == nil {
 		return nil
 	}
-	msg := err.Error()
-	leaks := false
-	for _, sec := range secrets {
-		if strings.Contains(msg, sec) {
-			leaks = true
-			msg = strings.ReplaceAll(msg, sec, "[redacted]")
-		}
-	}
+	msg, leaks := secrets.Mask(err.Error())
 	var ce *pgconn.ConnectError
 	if !leaks && !errors.As(err, &ce) {
 		return err
@@ -587,10 +559,8 @@ func scrub(err error, secrets []string) error {
 	var cause error
 	if ce != nil {
 		cause = ce.Unwrap()
-		for _, sec := range secrets {
-			if cause != nil && strings.Contains(cause.Error(), sec) {
-				cause = nil
-			}
+		if _, hit := secrets.Mask(fmt.Sprint(cause)); hit {
+			cause = nil
 		}
 	}
 	return &scrubbedError{msg: msg, cause: cause}
@@ -605,25 +575,12 @@ type scrubbedError struct {
 func (e *scrubbedError) Error() string { return e.msg }
 func (e *scrubbedError) Unwrap() error { return e.cause }
 
-// passwordsIn returns the password of a URL-form connection string, in the
-// spellings it may appear in an error.
-func passwordsIn(connString string) []string {
-	u, err := url.Parse(connString)
-	if err != nil || u.User == nil {
-		return nil
+// passwordsIn returns the password of a URL-form connection string.
+func passwordsIn(connString string) driverkit.Secrets {
+	var s driverkit.Secrets
+	if u, err := url.Parse(connString); err == nil && u.User != nil {
+		p, _ := u.User.Password()
+		s.Add(p)
 	}
-	p, _ := u.User.Password()
-	return appendSecret(nil, p)
-}
-
-func appendSecret(list []string, p string) []string {
-	if p == "" {
-		return list
-	}
-	for _, s := range []string{p, url.QueryEscape(p), url.PathEscape(p), url.UserPassword("", p).String()[1:]} {
-		if !slices.Contains(list, s) {
-			list = append(list, s)
-		}
-	}
-	return list
+	return s
 }

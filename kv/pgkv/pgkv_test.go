@@ -2,8 +2,6 @@ package pgkv
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/url"
@@ -17,37 +15,13 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"agentkit/internal/testenv"
+	"agentkit/internal/testenv/pgtest"
 	"agentkit/kv"
-)
-
-const defaultServer = "postgres://root@127.0.0.1:5432/test?sslmode=disable"
-
-var (
-	serverOnce sync.Once
-	serverErr  error
 )
 
 // server returns the connection string of the test server, or skips (fails
 // in CI) when it is not reachable.
-func server(t testing.TB) string {
-	t.Helper()
-	u := testenv.Getenv("AGENTKIT_TEST_POSTGRES", defaultServer)
-	serverOnce.Do(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		var conn *pgx.Conn
-		conn, serverErr = pgx.Connect(ctx, u)
-		if serverErr == nil {
-			serverErr = conn.Ping(ctx)
-			conn.Close(ctx)
-		}
-	})
-	if serverErr != nil {
-		testenv.Unavailable(t, "PostgreSQL", "Start one and set AGENTKIT_TEST_POSTGRES to its URL (default "+defaultServer+").", serverErr)
-	}
-	return u
-}
+func server(t testing.TB) string { return pgtest.URL(t) }
 
 // fastServer is server with synchronous_commit=off for the test's sessions,
 // to spare the shared machine a WAL flush per write.
@@ -64,27 +38,7 @@ func fastServer(t testing.TB) string {
 }
 
 // newTable returns a fresh table name, dropped when the test ends.
-func newTable(t testing.TB) string {
-	t.Helper()
-	url := server(t)
-	b := make([]byte, 6)
-	rand.Read(b)
-	table := "kvtest_" + hex.EncodeToString(b)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		conn, err := pgx.Connect(ctx, url)
-		if err != nil {
-			t.Errorf("drop table %s: %v", table, err)
-			return
-		}
-		defer conn.Close(ctx)
-		if _, err := conn.Exec(ctx, "DROP TABLE IF EXISTS "+table); err != nil {
-			t.Errorf("drop table %s: %v", table, err)
-		}
-	})
-	return table
-}
+func newTable(t testing.TB) string { return pgtest.Table(t, "kvtest_") }
 
 // openTable opens a new client (its own pool) on table.
 func openTable(t testing.TB, table string, opts *Options) *kv.DB {
@@ -451,37 +405,5 @@ func TestDrop(t *testing.T) {
 	}
 	if exists {
 		t.Errorf("table %s still exists after Drop", table)
-	}
-}
-
-func TestSuccessor(t *testing.T) {
-	runes := []rune{0, 1, 'a', 0x7e, 0x7f, 0x80, 0x7ff, 0x800, 0xd7ff, 0xe000, 0xfffe, 0xffff, 0x10000, 0x10fffe, utf8.MaxRune}
-	var strs []string
-	for _, a := range runes {
-		strs = append(strs, string(a))
-		for _, b := range runes {
-			strs = append(strs, string(a)+string(b))
-		}
-	}
-	for _, p := range strs {
-		up, ok := successor(p)
-		if !ok {
-			if strings.Trim(p, string(utf8.MaxRune)) != "" {
-				t.Errorf("successor(%q) reports none", p)
-			}
-			continue
-		}
-		if !utf8.ValidString(up) {
-			t.Errorf("successor(%q) = %q, not valid UTF-8", p, up)
-		}
-		for _, s := range strs {
-			in := s >= p && s < up
-			if in != strings.HasPrefix(s, p) {
-				t.Errorf("prefix %q, bound %q: %q in range = %v, has prefix = %v", p, up, s, in, !in)
-			}
-		}
-	}
-	if _, ok := successor(""); ok {
-		t.Error("successor(\"\") reports a bound")
 	}
 }

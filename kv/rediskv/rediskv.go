@@ -29,6 +29,7 @@
 package rediskv
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -36,14 +37,13 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/url"
-	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"agentkit/kv"
+	"agentkit/kv/internal/driverkit"
 )
 
 // DefaultPrefix is the namespace a store uses when neither the URL nor
@@ -60,15 +60,17 @@ const MaxValueSize = 512 << 20
 const DefaultPageSize = 1000
 
 func init() {
-	open := func(ctx context.Context, u *url.URL) (*kv.DB, error) {
+	// Opening creates nothing (keys appear with the first write), so a
+	// read-only open is an ordinary one.
+	open := func(ctx context.Context, u *url.URL, _ kv.OpenOptions) (*kv.DB, error) {
 		rest, opts, err := splitURL(u)
 		if err != nil {
 			return nil, err
 		}
 		return Open(ctx, rest, opts)
 	}
-	kv.Register("redis", open)
-	kv.Register("rediss", open)
+	kv.RegisterOptions("redis", open)
+	kv.RegisterOptions("rediss", open)
 }
 
 // Options configures a store. The zero value (or nil) means the defaults.
@@ -87,18 +89,11 @@ type Options struct {
 // splitURL removes the prefix parameter from a kv URL and returns the URL
 // for go-redis.
 func splitURL(u *url.URL) (string, *Options, error) {
-	c := *u
-	q, err := url.ParseQuery(c.RawQuery)
+	own, rest, err := driverkit.SplitParams(u, "prefix")
 	if err != nil {
-		return "", nil, fmt.Errorf("rediskv: the URL's query does not parse (%v); escape its parameter values", err)
+		return "", nil, fmt.Errorf("rediskv: %w (the default prefix is %s)", err, DefaultPrefix)
 	}
-	opts := &Options{Prefix: q.Get("prefix")}
-	if q.Has("prefix") && opts.Prefix == "" {
-		return "", nil, errors.New("rediskv: the prefix parameter is empty; remove it for the default " + DefaultPrefix + " or name a prefix")
-	}
-	q.Del("prefix")
-	c.RawQuery = q.Encode()
-	return c.String(), opts, nil
+	return rest.String(), &Options{Prefix: own["prefix"]}, nil
 }
 
 // Store is the Redis backend for one prefix. It implements the full core and
@@ -110,8 +105,8 @@ type Store struct {
 	index    string // prefix + "idx"
 	seq      string // prefix + "seq"
 	pageSize int
-	maxValue int      // MaxValueSize; lowered by tests
-	secrets  []string // passwords to scrub from errors
+	maxValue int               // MaxValueSize; lowered by tests
+	secrets  driverkit.Secrets // passwords to scrub from errors
 
 	// testHookPage, when set by tests, runs after List reads a page of
 	// the index and before it fetches the values.
@@ -152,28 +147,34 @@ func open(ctx context.Context, redisURL string, opts *Options) (*Store, error) {
 	if o.PageSize == 0 {
 		o.PageSize = DefaultPageSize
 	}
-	var secrets []string
+	var secrets driverkit.Secrets
 	if u, err := url.Parse(redisURL); err != nil {
 		// url.Parse's error quotes the input, password included.
 		return nil, errors.New("rediskv: the URL does not parse; check its escaping")
 	} else if u.User != nil {
 		p, _ := u.User.Password()
-		secrets = appendSecret(secrets, p)
+		secrets.Add(p)
 	}
 	ro, err := redis.ParseURL(redisURL)
 	if err != nil {
-		return nil, scrub(fmt.Errorf("rediskv: %w", err), secrets)
+		return nil, secrets.Scrub(fmt.Errorf("rediskv: %w", err))
 	}
-	secrets = appendSecret(secrets, ro.Password)
+	secrets.Add(ro.Password)
 	if ro.MaxRetries > 0 {
 		return nil, fmt.Errorf("rediskv: max_retries=%d is not allowed: a retried conditional write whose first attempt landed would report a false conflict; remove the parameter", ro.MaxRetries)
 	}
 	ro.MaxRetries = -1
 	ro.ContextTimeoutEnabled = true
+	// Reach the server before go-redis tries: its pool prints a line of
+	// its own to standard error (through a logger global to the process)
+	// when it cannot dial, beside the error returned here.
+	if err := reach(ctx, ro); err != nil {
+		return nil, secrets.Scrub(fmt.Errorf("rediskv: connect to %s: %w", ro.Addr, err))
+	}
 	client := redis.NewClient(ro)
 	if err := client.Ping(ctx).Err(); err != nil {
 		client.Close()
-		return nil, scrub(fmt.Errorf("rediskv: connect to %s: %w", ro.Addr, err), secrets)
+		return nil, secrets.Scrub(fmt.Errorf("rediskv: connect to %s: %w", ro.Addr, err))
 	}
 	return &Store{
 		client:   client,
@@ -184,6 +185,23 @@ func open(ctx context.Context, redisURL string, opts *Options) (*Store, error) {
 		maxValue: MaxValueSize,
 		secrets:  secrets,
 	}, nil
+}
+
+// reach opens and closes one connection to the server the options name,
+// with the options' dialer and dial timeout.
+func reach(ctx context.Context, ro *redis.Options) error {
+	if ro.Dialer != nil {
+		return nil // a custom dialer: let the client use it
+	}
+	d := net.Dialer{Timeout: ro.DialTimeout}
+	if d.Timeout == 0 {
+		d.Timeout = 5 * time.Second
+	}
+	c, err := d.DialContext(ctx, cmp.Or(ro.Network, "tcp"), ro.Addr)
+	if err != nil {
+		return err
+	}
+	return c.Close()
 }
 
 // Close closes the client and its connections.
@@ -401,7 +419,7 @@ func (s *Store) pages(ctx context.Context, prefix string) iter.Seq2[[]string, er
 		lo, hi := "-", "+"
 		if prefix != "" {
 			lo = "[" + prefix
-			if up, ok := successor(prefix); ok {
+			if up, ok := driverkit.PrefixEnd(prefix); ok {
 				hi = "(" + up
 			}
 		}
@@ -421,21 +439,6 @@ func (s *Store) pages(ctx context.Context, prefix string) iter.Seq2[[]string, er
 			lo = "(" + page[len(page)-1]
 		}
 	}
-}
-
-// successor returns the least byte string greater than every string that
-// starts with prefix (Redis compares index members bytewise), and false when
-// there is none.
-func successor(prefix string) (string, bool) {
-	b := []byte(prefix)
-	for len(b) > 0 {
-		if last := len(b) - 1; b[last] < 0xff {
-			b[last]++
-			return string(b), true
-		}
-		b = b[:len(b)-1]
-	}
-	return "", false
 }
 
 // Drop deletes every key of the store's namespace: the data of each indexed
@@ -472,38 +475,5 @@ func (s *Store) err(ctx context.Context, err error) error {
 	if dl, ok := ctx.Deadline(); ok && errors.As(err, &ne) && ne.Timeout() && !time.Now().Before(dl) && !errors.Is(err, context.DeadlineExceeded) {
 		err = fmt.Errorf("%w: %w", context.DeadlineExceeded, err)
 	}
-	return scrub(err, s.secrets)
-}
-
-// scrub returns err unless its message contains one of secrets; then it
-// returns a plain error with the secrets masked.
-func scrub(err error, secrets []string) error {
-	if err == nil {
-		return nil
-	}
-	msg := err.Error()
-	leaks := false
-	for _, sec := range secrets {
-		if strings.Contains(msg, sec) {
-			leaks = true
-			msg = strings.ReplaceAll(msg, sec, "[redacted]")
-		}
-	}
-	if !leaks {
-		return err
-	}
-	return errors.New(msg)
-}
-
-// appendSecret adds a password, in the spellings it may appear in an error.
-func appendSecret(list []string, p string) []string {
-	if p == "" {
-		return list
-	}
-	for _, s := range []string{p, url.QueryEscape(p), url.PathEscape(p), url.UserPassword("", p).String()[1:]} {
-		if !slices.Contains(list, s) {
-			list = append(list, s)
-		}
-	}
-	return list
+	return s.secrets.Scrub(err)
 }

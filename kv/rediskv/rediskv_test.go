@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/url"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -223,7 +224,7 @@ func TestSplitURL(t *testing.T) {
 			t.Errorf("splitURL(%s) = %q, prefix %q; want %q, prefix %q", tc.in, rest, opts.Prefix, tc.rest, tc.prefix)
 		}
 	}
-	for _, bad := range []string{"redis://h/0?prefix=", "redis://h/0?prefix=a;b"} {
+	for _, bad := range []string{"redis://h/0?prefix=", "redis://h/0?prefix=a;b", "redis://h/0?prefix=a&prefix=b"} {
 		u, _ := url.Parse(bad)
 		if _, _, err := splitURL(u); err == nil {
 			t.Errorf("splitURL(%s) succeeded, want an error", bad)
@@ -283,6 +284,44 @@ func TestErrorsHidePassword(t *testing.T) {
 	srv.User = url.UserPassword("nosuchuser", pw)
 	_, err = kv.Open(ctx, srv.String())
 	check("kv.Open with a wrong user and password", err)
+}
+
+// capturedLog collects what go-redis prints through its global logger.
+type capturedLog struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (c *capturedLog) Printf(_ context.Context, format string, v ...any) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.lines = append(c.lines, fmt.Sprintf(format, v...))
+}
+
+// A server that is down is reported once, by the error: go-redis's pool
+// prints nothing of its own (it would print "failed to dial after 5
+// attempts" to standard error, beside the error, for a command-line user to
+// puzzle over).
+func TestServerDownPrintsNothing(t *testing.T) {
+	logged := &capturedLog{}
+	redis.SetLogger(logged)
+	t.Cleanup(func() { redis.SetLogger(&stderrLogger{}) })
+	_, err := kv.Open(t.Context(), "redis://127.0.0.1:1/0")
+	if err == nil || !strings.Contains(err.Error(), "connection refused") {
+		t.Fatalf("kv.Open of a closed port = %v, want the dial error", err)
+	}
+	logged.mu.Lock()
+	defer logged.mu.Unlock()
+	if len(logged.lines) > 0 {
+		t.Errorf("go-redis logged %q beside the error", logged.lines)
+	}
+}
+
+// stderrLogger puts go-redis's logging back to standard error after a test.
+type stderrLogger struct{}
+
+func (stderrLogger) Printf(_ context.Context, format string, v ...any) {
+	fmt.Fprintf(os.Stderr, "redis: "+format+"\n", v...)
 }
 
 // TestLayout checks what a store keeps on the server: a hash per key, the
@@ -606,33 +645,5 @@ func TestDrop(t *testing.T) {
 	}
 	if keys, err := scanPrefix(ctx, raw(t), prefix); err != nil || len(keys) != 0 {
 		t.Errorf("after Drop the namespace holds %q, %v", keys, err)
-	}
-}
-
-func TestSuccessor(t *testing.T) {
-	bytes := []byte{0, 1, 'a', 0x7f, 0x80, 0xc3, 0xfe, 0xff}
-	var strs []string
-	for _, a := range bytes {
-		strs = append(strs, string([]byte{a}))
-		for _, b := range bytes {
-			strs = append(strs, string([]byte{a, b}))
-			for _, c := range bytes {
-				strs = append(strs, string([]byte{a, b, c}))
-			}
-		}
-	}
-	for _, p := range strs {
-		up, ok := successor(p)
-		if !ok {
-			if strings.Count(p, "\xff") != len(p) {
-				t.Errorf("successor(%q) reports none", p)
-			}
-			continue
-		}
-		for _, s := range strs {
-			if in := s >= p && s < up; in != strings.HasPrefix(s, p) {
-				t.Errorf("prefix %q, bound %q: %q in range = %v", p, up, s, in)
-			}
-		}
 	}
 }

@@ -13,7 +13,8 @@ import (
 	"agentkit/kv"
 )
 
-// faultServer answers HeadBucket with 200 and every object request with
+// faultServer answers HeadBucket with 200, the key format marker with
+// format 2, and every other object request with
 // the status and S3 error code given, counting object requests. It stands
 // in for a server only to produce answers a real one gives rarely or under
 // races (409, a 500 on a conditional write, a dropped connection).
@@ -27,6 +28,10 @@ type faultServer struct {
 func (f *faultServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if strings.Count(strings.Trim(r.URL.Path, "/"), "/") == 0 { // the bucket
 		w.WriteHeader(http.StatusOK)
+		return
+	}
+	if strings.HasSuffix(r.URL.Path, "/!format") && r.Method == http.MethodGet { // read at open
+		fmt.Fprint(w, "agentkit s3kv key format 2\n")
 		return
 	}
 	f.requests.Add(1)

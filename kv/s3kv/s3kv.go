@@ -29,6 +29,7 @@ import (
 	"context"
 	"crypto/md5"
 	"crypto/rand"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -51,17 +52,22 @@ import (
 	"github.com/aws/smithy-go"
 
 	"agentkit/kv"
+	"agentkit/kv/internal/driverkit"
 )
 
 func init() {
-	kv.Register("s3", openURL)
+	kv.RegisterOptions("s3", openURL)
 }
 
-// The stored body: magic, a random nonce, then the value. A deleted key is
-// a tombstone: tombMagic and a shorter nonce, shorter than any value's
-// body, so a listing tells the two apart by size alone.
+// The stored body: magic, a random nonce, then the value. The object of a
+// key stored under a bounded name (see longName) has longMagic instead, and
+// the key (its length in two bytes, then its bytes) between the nonce and
+// the value. A deleted key is a tombstone: tombMagic and a shorter nonce,
+// shorter than any value's body, so a listing tells the two apart by size
+// alone.
 const (
 	magic        = "akv\x01"
+	longMagic    = "akv\x02"
 	nonceLen     = 16
 	headerLen    = len(magic) + nonceLen
 	tombMagic    = "akv\x00"
@@ -84,6 +90,10 @@ type Options struct {
 	// Region is the region for a bucket this call creates; "" or
 	// "us-east-1" creates it without a location constraint.
 	Region string
+	// ReadOnly opens the store without creating anything: a missing
+	// bucket is an error, and the key format marker is read, never
+	// written (kv.OpenOptions.ReadOnly sets it).
+	ReadOnly bool
 }
 
 // Store is the S3 backend. It implements the full core and the CAS group,
@@ -97,6 +107,11 @@ type Store struct {
 	// md5ETags is set once the server has shown that its ETags are the
 	// MD5 of the body (see GetWithVersion).
 	md5ETags atomic.Bool
+	// format is the key format (1 or 2) and codec its mapping; room is
+	// how many bytes of object name are left after the prefix.
+	format int
+	codec  keyCodec
+	room   int
 }
 
 var (
@@ -124,8 +139,11 @@ func NewStore(ctx context.Context, client *s3.Client, opts *Options) (*Store, er
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{client: client, bucket: opts.Bucket, prefix: prefix}
-	if err := s.ensureBucket(ctx, opts.Region); err != nil {
+	s := &Store{client: client, bucket: opts.Bucket, prefix: prefix, room: maxName - len(prefix)}
+	if err := s.ensureBucket(ctx, opts.Region, opts.ReadOnly); err != nil {
+		return nil, err
+	}
+	if err := s.loadFormat(ctx, opts.ReadOnly); err != nil {
 		return nil, err
 	}
 	return s, nil
@@ -146,16 +164,26 @@ func cleanPrefix(p string) (string, error) {
 			return "", fmt.Errorf("s3kv: the prefix %q has a folder name over 200 bytes", p)
 		}
 	}
+	if len(p) > maxPrefix {
+		return "", fmt.Errorf("s3kv: the prefix is %d bytes long; keep it under %d, so keys have room in S3's 1,024-byte object names", len(p), maxPrefix)
+	}
 	return p + "/", nil
 }
 
-func (s *Store) ensureBucket(ctx context.Context, region string) error {
+// maxPrefix bounds the store's prefix, leaving keys most of S3's 1,024
+// bytes of object name.
+const maxPrefix = 512
+
+func (s *Store) ensureBucket(ctx context.Context, region string, readOnly bool) error {
 	_, err := s.client.HeadBucket(ctx, &s3.HeadBucketInput{Bucket: &s.bucket})
 	if err == nil {
 		return nil
 	}
 	switch httpStatus(err) {
 	case http.StatusNotFound:
+		if readOnly {
+			return fmt.Errorf("s3kv: the bucket %q does not exist (opened read-only, so it was not created)", s.bucket)
+		}
 	case http.StatusForbidden:
 		return fmt.Errorf("s3kv: the server refused access to bucket %q (403): check the access key and secret, and the bucket's policy: %w", s.bucket, err)
 	default:
@@ -176,7 +204,7 @@ func (s *Store) ensureBucket(ctx context.Context, region string) error {
 }
 
 // openURL is the Opener for s3:// URLs.
-func openURL(ctx context.Context, u *url.URL) (*kv.DB, error) {
+func openURL(ctx context.Context, u *url.URL, o kv.OpenOptions) (*kv.DB, error) {
 	bucket := u.Host
 	if bucket == "" {
 		return nil, errors.New("s3kv: the URL names no bucket; use s3://BUCKET/PREFIX?endpoint=…&region=…")
@@ -185,8 +213,11 @@ func openURL(ctx context.Context, u *url.URL) (*kv.DB, error) {
 		endpoint, region string
 		pathStyle        *bool
 	)
-	for name, vals := range u.Query() {
-		v := vals[len(vals)-1]
+	params, err := driverkit.Params(u, "endpoint", "region", "path_style")
+	if err != nil {
+		return nil, fmt.Errorf("s3kv: %w", err)
+	}
+	for name, v := range params {
 		switch name {
 		case "endpoint":
 			e, err := url.Parse(v)
@@ -205,8 +236,6 @@ func openURL(ctx context.Context, u *url.URL) (*kv.DB, error) {
 				return nil, fmt.Errorf("s3kv: path_style=%q: want true or false", v)
 			}
 			pathStyle = &b
-		default:
-			return nil, fmt.Errorf("s3kv: unknown URL parameter %q; known: endpoint, region, path_style", name)
 		}
 	}
 	// The SDK's buildable client, so AWS_CA_BUNDLE and the like still
@@ -252,7 +281,7 @@ func openURL(ctx context.Context, u *url.URL) (*kv.DB, error) {
 		o.RequestChecksumCalculation = aws.RequestChecksumCalculationWhenRequired
 		o.ResponseChecksumValidation = aws.ResponseChecksumValidationWhenRequired
 	})
-	s, err := NewStore(ctx, client, &Options{Bucket: bucket, Prefix: u.Path, Region: cfg.Region})
+	s, err := NewStore(ctx, client, &Options{Bucket: bucket, Prefix: u.Path, Region: cfg.Region, ReadOnly: o.ReadOnly})
 	if err != nil {
 		conns.CloseIdleConnections()
 		return nil, err
@@ -272,7 +301,24 @@ func (s *Store) Bucket() string { return s.bucket }
 func (s *Store) Prefix() string { return s.prefix }
 
 // ObjectName returns the name of the object that holds key.
-func (s *Store) ObjectName(key string) string { return s.prefix + encodeKey(key) }
+func (s *Store) ObjectName(key string) string {
+	name, _ := s.object(key)
+	return name
+}
+
+// KeyFormat returns the store's key format: 2, or 1 for a store written by
+// an agentkit before key format 2 and not migrated (see MigrateKeyFormat).
+func (s *Store) KeyFormat() int { return s.format }
+
+// object returns the name of key's object and whether it is a bounded
+// name (the key's own name would pass S3's 1,024-byte limit).
+func (s *Store) object(key string) (string, bool) {
+	enc := s.codec.encode(key)
+	if s.format == 1 || len(enc) <= s.room {
+		return s.prefix + enc, false
+	}
+	return s.prefix + longName(key, enc, s.room), true
+}
 
 // Close releases the HTTP connections of a store opened by kv.Open. A
 // client passed to Open is left alone.
@@ -373,39 +419,81 @@ func isTombstone(b []byte) bool {
 	return len(b) == tombLen && string(b[:len(tombMagic)]) == tombMagic
 }
 
-// body frames a value with the header and a fresh nonce.
-func body(value []byte) ([]byte, error) {
-	if len(value) > maxObject-headerLen {
-		return nil, fmt.Errorf("%w: %d bytes is over the %d-byte limit of one PutObject", kv.ErrTooLarge, len(value), maxObject-headerLen)
+// body frames a value with the header and a fresh nonce; the body of a
+// key stored under a bounded name carries the key too.
+func body(key string, long bool, value []byte) ([]byte, error) {
+	head := headerLen
+	if long {
+		head += 2 + len(key)
 	}
-	b := make([]byte, headerLen+len(value))
+	if len(value) > maxObject-head {
+		return nil, fmt.Errorf("%w: %d bytes is over the %d-byte limit of one PutObject", kv.ErrTooLarge, len(value), maxObject-head)
+	}
+	b := make([]byte, head+len(value))
 	copy(b, magic)
 	if _, err := rand.Read(b[len(magic):headerLen]); err != nil {
 		return nil, fmt.Errorf("s3kv: nonce: %w", err)
 	}
-	copy(b[headerLen:], value)
+	if long {
+		copy(b, longMagic)
+		binary.BigEndian.PutUint16(b[headerLen:], uint16(len(key)))
+		copy(b[headerLen+2:], key)
+	}
+	copy(b[head:], value)
 	return b, nil
+}
+
+// unframe returns the value in a body read from name, the object of key
+// (long when it is a bounded name).
+func (s *Store) unframe(name, key string, long bool, b []byte) ([]byte, error) {
+	if !long {
+		if len(b) < headerLen || string(b[:len(magic)]) != magic {
+			return nil, fmt.Errorf("s3kv: object %q was not written by this driver (no %d-byte header); remove it or use another prefix", name, headerLen)
+		}
+		return b[headerLen:], nil
+	}
+	k, ok := longKeyOf(b)
+	if !ok {
+		return nil, fmt.Errorf("s3kv: object %q was not written by this driver (no header naming its key); remove it or use another prefix", name)
+	}
+	if k != key {
+		return nil, fmt.Errorf("s3kv: object %q holds another key whose long name is the same (a hash collision); store one of the two keys under a shorter name", name)
+	}
+	return b[headerLen+2+len(k):], nil
+}
+
+// longKeyOf returns the key a bounded name's body carries.
+func longKeyOf(b []byte) (string, bool) {
+	if len(b) < headerLen+2 || string(b[:len(longMagic)]) != longMagic {
+		return "", false
+	}
+	n := int(binary.BigEndian.Uint16(b[headerLen:]))
+	if len(b) < headerLen+2+n {
+		return "", false
+	}
+	return string(b[headerLen+2 : headerLen+2+n]), true
 }
 
 // noRetry makes a conditional write a single attempt: after a lost
 // response, a retry would meet its own write and report a false conflict.
 func noRetry(o *s3.Options) { o.RetryMaxAttempts = 1 }
 
-// put writes one object, conditionally when ifMatch or ifNoneMatch is set,
-// and returns its version.
+// put writes key's object, conditionally when ifMatch or ifNoneMatch is
+// set, and returns its version.
 func (s *Store) put(ctx context.Context, key string, value []byte, ifMatch, ifNoneMatch *string) (kv.Version, error) {
-	b, err := body(value)
+	name, long := s.object(key)
+	b, err := body(key, long, value)
 	if err != nil {
 		return "", err
 	}
-	return s.write(ctx, key, b, ifMatch, ifNoneMatch)
+	return s.write(ctx, name, b, ifMatch, ifNoneMatch)
 }
 
-// write stores one object body as it is.
-func (s *Store) write(ctx context.Context, key string, b []byte, ifMatch, ifNoneMatch *string) (kv.Version, error) {
+// write stores one object body as it is under name.
+func (s *Store) write(ctx context.Context, name string, b []byte, ifMatch, ifNoneMatch *string) (kv.Version, error) {
 	in := &s3.PutObjectInput{
 		Bucket:        &s.bucket,
-		Key:           aws.String(s.ObjectName(key)),
+		Key:           aws.String(name),
 		Body:          bytes.NewReader(b),
 		ContentLength: aws.Int64(int64(len(b))),
 		ContentType:   aws.String("application/octet-stream"),
@@ -458,7 +546,7 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 	if err != nil {
 		return err
 	}
-	_, err = s.write(ctx, key, b, nil, nil)
+	_, err = s.write(ctx, s.ObjectName(key), b, nil, nil)
 	return err
 }
 
@@ -470,7 +558,8 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 // read with exactly that), the version is computed from the data read, so
 // the pair is always consistent.
 func (s *Store) GetWithVersion(ctx context.Context, key string) ([]byte, kv.Version, error) {
-	out, err := s.client.GetObject(ctx, &s3.GetObjectInput{Bucket: &s.bucket, Key: aws.String(s.ObjectName(key))})
+	name, long := s.object(key)
+	out, err := s.client.GetObject(ctx, &s3.GetObjectInput{Bucket: &s.bucket, Key: aws.String(name)})
 	if err != nil {
 		if missingKey(err) {
 			return nil, "", fmt.Errorf("%w: %w", kv.ErrNotFound, err)
@@ -484,10 +573,11 @@ func (s *Store) GetWithVersion(ctx context.Context, key string) ([]byte, kv.Vers
 	if isTombstone(b) {
 		return nil, "", kv.ErrNotFound
 	}
-	if len(b) < headerLen || string(b[:len(magic)]) != magic {
-		return nil, "", fmt.Errorf("s3kv: object %q was not written by this driver (no %d-byte header); remove it or use another prefix", s.ObjectName(key), headerLen)
+	v, err := s.unframe(name, key, long, b)
+	if err != nil {
+		return nil, "", err
 	}
-	return b[headerLen:], ver, nil
+	return v, ver, nil
 }
 
 // read reads a GetObject answer's body and the version that goes with it.
@@ -516,18 +606,19 @@ func (s *Store) read(out *s3.GetObjectOutput) ([]byte, kv.Version, error) {
 // keep replacing the tombstone). A conflict is reported only when a value
 // is present.
 func (s *Store) PutIfAbsent(ctx context.Context, key string, value []byte) (kv.Version, error) {
-	b, err := body(value)
+	name, long := s.object(key)
+	b, err := body(key, long, value)
 	if err != nil {
 		return "", err
 	}
 	ifNoneMatch, ifMatch := aws.String("*"), (*string)(nil)
 	for attempt := 0; ; attempt++ {
-		ver, err := s.write(ctx, key, b, ifMatch, ifNoneMatch)
+		ver, err := s.write(ctx, name, b, ifMatch, ifNoneMatch)
 		if !errors.Is(err, kv.ErrConflict) {
 			return ver, err
 		}
 		// Lost: to a value, or to a tombstone (or its removal)?
-		st, tomb, err2 := s.probe(ctx, key)
+		st, tomb, err2 := s.probe(ctx, name)
 		switch {
 		case err2 != nil:
 			return "", err2
@@ -554,9 +645,9 @@ const (
 	holdsTombstone
 )
 
-// probe reads what key's object holds, and a tombstone's version.
-func (s *Store) probe(ctx context.Context, key string) (int, kv.Version, error) {
-	out, err := s.client.GetObject(ctx, &s3.GetObjectInput{Bucket: &s.bucket, Key: aws.String(s.ObjectName(key))})
+// probe reads what the object name holds, and a tombstone's version.
+func (s *Store) probe(ctx context.Context, name string) (int, kv.Version, error) {
+	out, err := s.client.GetObject(ctx, &s3.GetObjectInput{Bucket: &s.bucket, Key: aws.String(name)})
 	if err != nil {
 		if missingKey(err) {
 			return holdsNothing, "", nil
@@ -592,7 +683,7 @@ func plausibleETag(v kv.Version) bool {
 		return false
 	}
 	for i := 0; i < len(v); i++ {
-		if c := v[i]; !plain(c) {
+		if c := v[i]; !driverkit.AlphaNum(c) {
 			return false
 		}
 	}
@@ -600,35 +691,87 @@ func plausibleETag(v kv.Version) bool {
 }
 
 // keys lists the keys under prefix, decoded and sorted: a paginated
-// ListObjectsV2 over the longest object-name prefix every such key shares,
-// then a filter on the decoded keys.
+// ListObjectsV2 over the longest object-name prefix every such key's
+// object shares, then a filter on the decoded keys. Bounded names (keys
+// whose own name is too long) share that prefix too; their keys are read
+// from their objects' headers and merged in.
 func (s *Store) keys(ctx context.Context, prefix string) ([]string, error) {
-	p := s.prefix + listPrefix(prefix)
-	pages := s3.NewListObjectsV2Paginator(s.client, &s3.ListObjectsV2Input{Bucket: &s.bucket, Prefix: &p})
-	var out []string
+	lp := s.codec.listPrefix(prefix)
+	if s.format != 1 {
+		// A bounded name keeps at least this much of the key's name.
+		lp = lp[:cutAt(lp, s.room-longTail-3)]
+	}
+	p := s.prefix + lp
+	pages := s3.NewListObjectsV2Paginator(s.client, &s3.ListObjectsV2Input{Bucket: &s.bucket, Prefix: &p, EncodingType: types.EncodingTypeUrl})
+	var out, long []string
 	for pages.HasMorePages() {
 		page, err := pages.NextPage(ctx)
 		if err != nil {
 			return nil, fmt.Errorf("s3kv: list objects: %w", err)
 		}
 		for _, o := range page.Contents {
-			if o.Key == nil {
-				continue
+			if o.Key == nil || aws.ToInt64(o.Size) < int64(headerLen) {
+				continue // a tombstone
 			}
-			name, ok := strings.CutPrefix(*o.Key, s.prefix)
+			full := *o.Key
+			if page.EncodingType == types.EncodingTypeUrl {
+				// Servers that honour encoding-type=url (MinIO, AWS)
+				// escape names so any character survives the XML.
+				if full, err = url.QueryUnescape(full); err != nil {
+					continue
+				}
+			}
+			name, ok := strings.CutPrefix(full, s.prefix)
 			if !ok {
 				continue
 			}
-			if aws.ToInt64(o.Size) < int64(headerLen) {
-				continue // a tombstone
+			if k, ok := s.codec.decode(name); ok {
+				if strings.HasPrefix(k, prefix) {
+					out = append(out, k)
+				}
+			} else if s.format != 1 && isLongName(name) {
+				long = append(long, full)
 			}
-			if k, ok := decodeKey(name); ok && strings.HasPrefix(k, prefix) {
-				out = append(out, k)
-			}
+		}
+	}
+	for _, name := range long {
+		k, err := s.longKey(ctx, name)
+		if err != nil {
+			return nil, err
+		}
+		if k != "" && strings.HasPrefix(k, prefix) {
+			out = append(out, k)
 		}
 	}
 	slices.Sort(out)
 	return slices.Compact(out), nil
+}
+
+// longKey reads the key a bounded name's object carries, with a ranged
+// GetObject of its header; "" for an object that is gone, a tombstone, or
+// not one this driver wrote under that name.
+func (s *Store) longKey(ctx context.Context, name string) (string, error) {
+	rng := fmt.Sprintf("bytes=0-%d", headerLen+2+kv.MaxKeyLength-1)
+	out, err := s.client.GetObject(ctx, &s3.GetObjectInput{Bucket: &s.bucket, Key: &name, Range: &rng})
+	if err != nil {
+		if missingKey(err) {
+			return "", nil
+		}
+		return "", fmt.Errorf("s3kv: read the key of a long-named object: %w", err)
+	}
+	defer out.Body.Close()
+	b, err := io.ReadAll(out.Body)
+	if err != nil {
+		return "", fmt.Errorf("s3kv: read the key of a long-named object: %w", err)
+	}
+	k, ok := longKeyOf(b)
+	if !ok {
+		return "", nil
+	}
+	if own, _ := s.object(k); own != name {
+		return "", nil
+	}
+	return k, nil
 }
 
 // ListKeys yields the keys under prefix in ascending order. The listing is

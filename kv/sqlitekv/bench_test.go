@@ -3,6 +3,7 @@ package sqlitekv
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -40,7 +41,7 @@ func BenchmarkSQLite(b *testing.B) {
 	for _, mode := range []Synchronous{SyncFull, SyncNormal} {
 		b.Run(string(mode), func(b *testing.B) {
 			opts := &Options{Synchronous: mode}
-			kvtest.RunBenchmarks(b, kvtest.Harness{
+			h := kvtest.Harness{
 				Shared: true,
 				NewNamespace: func(t testing.TB) kvtest.Opener {
 					unix.Sync()
@@ -53,7 +54,9 @@ func BenchmarkSQLite(b *testing.B) {
 						return db
 					}
 				},
-			})
+			}
+			kvtest.RunBenchmarks(b, h)
+			b.Run("Paired", func(b *testing.B) { kvtest.RunPaired(b, h, rawSQLite(mode)) })
 			b.Run("RawUpsert", func(b *testing.B) {
 				raw := newRawUpsert(b, mode)
 				unix.Sync()
@@ -96,9 +99,93 @@ func BenchmarkSQLite(b *testing.B) {
 	}
 }
 
+// rawSQLite is the reference for kvtest.RunPaired: database/sql on the
+// same driver, file system and settings, on a table of the driver's shape,
+// one prepared statement an operation (the version supplied by the loop
+// counter where the driver draws it from its counter row).
+func rawSQLite(mode Synchronous) kvtest.Raw {
+	value := kvtest.BenchValue(kvtest.BenchValueSize)
+	prepare := func(b *testing.B, r *rawUpsert, q string) *sql.Stmt {
+		st, err := r.db.PrepareContext(b.Context(), q)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { st.Close() })
+		return st
+	}
+	filled := func(b *testing.B, n int) *rawUpsert {
+		r := newRawUpsert(b, mode)
+		for i := range n {
+			r.put(b, i)
+		}
+		unix.Sync()
+		return r
+	}
+	return kvtest.Raw{
+		Put: func(b *testing.B) func(int) error {
+			r := newRawUpsert(b, mode)
+			unix.Sync()
+			ctx := b.Context() // as the driver's side gets: database/sql watches it
+			return func(i int) error {
+				_, err := r.st.ExecContext(ctx, r.keys[i%len(r.keys)], value, i)
+				return err
+			}
+		},
+		Get: func(b *testing.B) func(int) error {
+			r := filled(b, 1000)
+			get := prepare(b, r, `SELECT value, version FROM kv WHERE key = ?1`)
+			ctx := b.Context()
+			return func(i int) error {
+				var v []byte
+				var ver int64
+				return get.QueryRowContext(ctx, r.keys[i%len(r.keys)]).Scan(&v, &ver)
+			}
+		},
+		PutIfVersion: func(b *testing.B) func(int) error {
+			r := filled(b, 1)
+			upd := prepare(b, r, `UPDATE kv SET value = ?2, version = ?3 WHERE key = ?1 AND version = ?4 RETURNING version`)
+			ver := int64(0)
+			ctx := b.Context()
+			return func(i int) error {
+				return upd.QueryRowContext(ctx, r.keys[0], value, ver+1, ver).Scan(&ver)
+			}
+		},
+		List1000: func(b *testing.B) func(int) error {
+			r := filled(b, kvtest.BenchListSize)
+			if _, err := r.db.Exec(`INSERT INTO kv VALUES ('agentkit/v1/other/x', ?1, 0)`, value); err != nil {
+				b.Fatal(err)
+			}
+			list := prepare(b, r, `SELECT key, value FROM kv WHERE key >= ?1 AND key < ?2 ORDER BY key`)
+			ctx := b.Context()
+			return func(int) error {
+				rows, err := list.QueryContext(ctx, kvtest.BenchListPrefix, "agentkit/v1/bench0")
+				if err != nil {
+					return err
+				}
+				defer rows.Close()
+				// Collected, as the driver's listing and pgkv's raw
+				// reference collect theirs.
+				var out []kv.Entry
+				for rows.Next() {
+					var e kv.Entry
+					if err := rows.Scan(&e.Key, &e.Value); err != nil {
+						return err
+					}
+					out = append(out, e)
+				}
+				if len(out) != kvtest.BenchListSize {
+					return fmt.Errorf("listed %d rows, want %d", len(out), kvtest.BenchListSize)
+				}
+				return rows.Err()
+			}
+		},
+	}
+}
+
 // rawUpsert is the reference: a table like the driver's, written with one
 // prepared UPSERT whose version is supplied by the caller.
 type rawUpsert struct {
+	db    *sql.DB
 	st    *sql.Stmt
 	keys  []string
 	value []byte
@@ -122,7 +209,7 @@ func newRawUpsert(b *testing.B, mode Synchronous) *rawUpsert {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { st.Close() })
-	r := &rawUpsert{st: st, keys: make([]string, 1000), value: kvtest.BenchValue(kvtest.BenchValueSize)}
+	r := &rawUpsert{db: db, st: st, keys: make([]string, 1000), value: kvtest.BenchValue(kvtest.BenchValueSize)}
 	for i := range r.keys {
 		r.keys[i] = kvtest.BenchKey(i)
 	}

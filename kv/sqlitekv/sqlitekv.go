@@ -39,7 +39,7 @@
 // Reads use their own connections and, in WAL mode, never wait for writers
 // (another process's included). List reads by key range (key >= prefix AND
 // key < the prefix's successor, never LIKE, which ignores ASCII case) in
-// pages of at most 500 rows, each page a short read transaction resuming
+// pages of at most 1,000 rows, each page a short read transaction resuming
 // after the last key, so a long listing does not pin the WAL. Every key that
 // exists throughout a listing is returned, once, in bytewise order.
 package sqlitekv
@@ -62,10 +62,11 @@ import (
 	sqlite3 "modernc.org/sqlite/lib"
 
 	"agentkit/kv"
+	"agentkit/kv/internal/driverkit"
 )
 
 func init() {
-	kv.Register("sqlite", openURL)
+	kv.RegisterOptions("sqlite", openURL)
 }
 
 // Synchronous is SQLite's synchronous setting for the store's writes.
@@ -93,6 +94,10 @@ type Options struct {
 	// connection or process holds before failing with "database is
 	// locked". Zero means DefaultBusyTimeout.
 	BusyTimeout time.Duration
+	// ReadOnly opens the database read-only: it must exist and hold a
+	// store, and nothing is created or written, not even its folder
+	// (kv.OpenOptions.ReadOnly sets it).
+	ReadOnly bool
 }
 
 // dbFileName is the file made inside a folder named as the path.
@@ -110,7 +115,7 @@ func Open(ctx context.Context, path string, opts *Options) (*kv.DB, error) {
 }
 
 // openURL opens sqlite:PATH, sqlite:///PATH with options in the query.
-func openURL(ctx context.Context, u *url.URL) (*kv.DB, error) {
+func openURL(ctx context.Context, u *url.URL, o kv.OpenOptions) (*kv.DB, error) {
 	var path string
 	switch {
 	case u.Opaque != "":
@@ -124,37 +129,35 @@ func openURL(ctx context.Context, u *url.URL) (*kv.DB, error) {
 	default:
 		path = u.Path
 	}
-	opts, err := parseOptions(u.Query())
+	q, err := driverkit.Params(u, "synchronous", "busy_timeout")
+	if err != nil {
+		return nil, fmt.Errorf("sqlitekv: %w (synchronous=full|normal, busy_timeout=DURATION)", err)
+	}
+	opts, err := parseOptions(q)
 	if err != nil {
 		return nil, err
 	}
+	opts.ReadOnly = o.ReadOnly
 	return Open(ctx, path, opts)
 }
 
-// parseOptions reads synchronous= and busy_timeout= from a URL query.
-func parseOptions(q url.Values) (*Options, error) {
-	opts := &Options{}
-	for name, vals := range q {
-		v := vals[len(vals)-1]
-		switch name {
-		case "synchronous":
-			opts.Synchronous = Synchronous(strings.ToLower(v))
-		case "busy_timeout":
-			d, err := time.ParseDuration(v)
-			if err != nil {
-				ms, err2 := strconv.Atoi(v)
-				if err2 != nil {
-					return nil, fmt.Errorf("sqlitekv: busy_timeout=%q is not a duration; write it as 5s or 500ms (a bare number is milliseconds)", v)
-				}
-				d = time.Duration(ms) * time.Millisecond
+// parseOptions reads synchronous= and busy_timeout= from a URL's
+// parameters.
+func parseOptions(q map[string]string) (*Options, error) {
+	opts := &Options{Synchronous: Synchronous(strings.ToLower(q["synchronous"]))}
+	if v, ok := q["busy_timeout"]; ok {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			ms, err2 := strconv.Atoi(v)
+			if err2 != nil {
+				return nil, fmt.Errorf("sqlitekv: busy_timeout=%q is not a duration; write it as 5s or 500ms (a bare number is milliseconds)", v)
 			}
-			if d <= 0 {
-				return nil, fmt.Errorf("sqlitekv: busy_timeout=%q must be positive", v)
-			}
-			opts.BusyTimeout = d
-		default:
-			return nil, fmt.Errorf("sqlitekv: unknown option %q in the URL; the options are synchronous=full|normal and busy_timeout=DURATION", name)
+			d = time.Duration(ms) * time.Millisecond
 		}
+		if d <= 0 {
+			return nil, fmt.Errorf("sqlitekv: busy_timeout=%q must be positive", v)
+		}
+		opts.BusyTimeout = d
 	}
 	return opts, nil
 }
@@ -169,6 +172,9 @@ type store struct {
 
 	put, putAbsent, putVersion, del *sql.Stmt // on w
 	get                             *sql.Stmt // on r
+	// list and keys read one page of a listing (on r), indexed by
+	// pageQuery: the first page or a later one, bounded above or not.
+	list, keys [4]*sql.Stmt
 
 	// pageRows and keyPageRows are the page sizes of List and ListKeys
 	// (listPage and listKeysPage; tests make them small).
@@ -186,7 +192,7 @@ const (
 	formatVersion = 1
 	// listPage is the most rows one listing query reads; listPageBytes
 	// stops a page early once its values pass that many bytes.
-	listPage      = 500
+	listPage      = 1000
 	listPageBytes = 4 << 20
 	listKeysPage  = 1000
 	maxReaders    = 4
@@ -218,11 +224,16 @@ func open(ctx context.Context, path string, opts *Options) (*store, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll(filepath.Dir(abs), 0o700); err != nil {
+	base := "file:" + escapePath(abs) + "?_busy_timeout=" + strconv.FormatInt(busy.Milliseconds(), 10) + "&_pragma=secure_delete(ON)" // deleted values are zeroed, not left in free space
+	if opts.ReadOnly {
+		if _, err := os.Stat(abs); err != nil {
+			return nil, fmt.Errorf("sqlitekv: no database at %s (opened read-only, so none was created): %w", abs, err)
+		}
+		base += "&mode=ro"
+	} else if err := os.MkdirAll(filepath.Dir(abs), 0o700); err != nil {
 		return nil, fmt.Errorf("sqlitekv: create the database's folder: %w", err)
 	}
 
-	base := "file:" + escapePath(abs) + "?_busy_timeout=" + strconv.FormatInt(busy.Milliseconds(), 10) + "&_pragma=secure_delete(ON)" // deleted values are zeroed, not left in free space
 	s := &store{path: abs, busyTimeout: busy, pageRows: listPage, keyPageRows: listKeysPage}
 	if s.w, err = sql.Open("sqlite", base+"&_synchronous="+syncMode+"&_txlock=immediate"); err != nil {
 		return nil, s.closeAfter(fmt.Errorf("sqlitekv: %w", err))
@@ -231,7 +242,14 @@ func open(ctx context.Context, path string, opts *Options) (*store, error) {
 	s.w.SetMaxIdleConns(1)
 	s.w.SetConnMaxLifetime(0)
 	s.w.SetConnMaxIdleTime(0)
-	if err := s.initSchema(ctx); err != nil {
+	if opts.ReadOnly {
+		if ready, err := s.schemaReady(ctx); err != nil || !ready {
+			if err == nil {
+				err = fmt.Errorf("sqlitekv: %s holds no store (opened read-only, so none was created)", abs)
+			}
+			return nil, s.closeAfter(err)
+		}
+	} else if err := s.initSchema(ctx); err != nil {
 		return nil, s.closeAfter(err)
 	}
 	if s.r, err = sql.Open("sqlite", base+"&_query_only=1"); err != nil {
@@ -394,6 +412,19 @@ func (s *store) prepare(ctx context.Context) error {
 		RETURNING version`)
 	s.del = prep(s.w, `DELETE FROM kv WHERE key = ?1`)
 	s.get = prep(s.r, `SELECT value, version FROM kv WHERE key = ?1`)
+	for i := range 4 {
+		first, bounded := i&1 == 0, i&2 != 0
+		q := " FROM kv WHERE key > ?1"
+		if first {
+			q = " FROM kv WHERE key >= ?1"
+		}
+		if bounded {
+			q += " AND key < ?3"
+		}
+		q += " ORDER BY key LIMIT ?2"
+		s.list[i] = prep(s.r, "SELECT key, value"+q)
+		s.keys[i] = prep(s.r, "SELECT key"+q)
+	}
 	if err != nil {
 		return s.openErr("prepare statements (is this another program's database?)", err)
 	}
@@ -405,7 +436,8 @@ func (s *store) prepare(ctx context.Context) error {
 func (s *store) Close() error {
 	s.closed.Store(true)
 	var errs []error
-	for _, st := range []*sql.Stmt{s.put, s.putAbsent, s.putVersion, s.del, s.get} {
+	stmts := append([]*sql.Stmt{s.put, s.putAbsent, s.putVersion, s.del, s.get}, s.list[:]...)
+	for _, st := range append(stmts, s.keys[:]...) {
 		if st != nil {
 			st.Close()
 		}
@@ -528,7 +560,7 @@ func (s *store) GetWithVersion(ctx context.Context, key string) ([]byte, kv.Vers
 // page at a time.
 func (s *store) List(ctx context.Context, prefix string) iter.Seq2[kv.Entry, error] {
 	return func(yield func(kv.Entry, error) bool) {
-		for page, err := range s.pages(ctx, prefix, "key, value", s.pageRows) {
+		for page, err := range s.pages(ctx, prefix, true, s.pageRows) {
 			if err != nil {
 				yield(kv.Entry{}, err)
 				return
@@ -545,7 +577,7 @@ func (s *store) List(ctx context.Context, prefix string) iter.Seq2[kv.Entry, err
 // ListKeys yields the keys under prefix in ascending bytewise order.
 func (s *store) ListKeys(ctx context.Context, prefix string) iter.Seq2[string, error] {
 	return func(yield func(string, error) bool) {
-		for page, err := range s.pages(ctx, prefix, "key", s.keyPageRows) {
+		for page, err := range s.pages(ctx, prefix, false, s.keyPageRows) {
 			if err != nil {
 				yield("", err)
 				return
@@ -559,33 +591,28 @@ func (s *store) ListKeys(ctx context.Context, prefix string) iter.Seq2[string, e
 	}
 }
 
-// pages yields the rows under prefix in key order, one query per page. Each
-// page is read whole and its rows closed before it is yielded, so the
-// caller may write to the store (or stop) between entries without holding
-// a read transaction open.
-func (s *store) pages(ctx context.Context, prefix, cols string, size int) iter.Seq2[[]kv.Entry, error] {
+// pages yields the rows under prefix in key order, one query per page
+// (prepared once, at open). Each page is read whole and its rows closed
+// before it is yielded, so the caller may write to the store (or stop)
+// between entries without holding a read transaction open. A query asks
+// for one row more than a page, to know whether another page follows
+// without a query that finds nothing.
+func (s *store) pages(ctx context.Context, prefix string, withValue bool, size int) iter.Seq2[[]kv.Entry, error] {
 	return func(yield func([]kv.Entry, error) bool) {
-		end, bounded := successor(prefix)
-		after, first := prefix, true
-		withValue := strings.Contains(cols, "value")
+		stmts := &s.keys
+		if withValue {
+			stmts = &s.list
+		}
+		end, bounded := driverkit.PrefixEnd(prefix)
+		after, next := prefix, 0
+		args := []any{after, size + 1}
+		if bounded {
+			args = append(args, end)
+			next |= 2
+		}
 		for {
-			var (
-				q    strings.Builder
-				args []any
-			)
-			q.WriteString("SELECT " + cols + " FROM kv WHERE key ")
-			if first {
-				q.WriteString(">= ?1")
-			} else {
-				q.WriteString("> ?1")
-			}
-			args = append(args, after)
-			if bounded {
-				q.WriteString(" AND key < ?2")
-				args = append(args, end)
-			}
-			q.WriteString(" ORDER BY key LIMIT " + strconv.Itoa(size))
-			page, full, err := s.readPage(ctx, q.String(), args, withValue, size)
+			args[0] = after
+			page, full, err := s.readPage(ctx, stmts[next], args, withValue, size)
 			if err != nil {
 				yield(nil, err)
 				return
@@ -596,14 +623,14 @@ func (s *store) pages(ctx context.Context, prefix, cols string, size int) iter.S
 			if !full {
 				return
 			}
-			after, first = page[len(page)-1].Key, false
+			after, next = page[len(page)-1].Key, next|1
 		}
 	}
 }
 
 // readPage runs one page query. full reports whether more rows may follow.
-func (s *store) readPage(ctx context.Context, q string, args []any, withValue bool, size int) (page []kv.Entry, full bool, err error) {
-	rows, err := s.r.QueryContext(ctx, q, args...)
+func (s *store) readPage(ctx context.Context, st *sql.Stmt, args []any, withValue bool, size int) (page []kv.Entry, full bool, err error) {
+	rows, err := st.QueryContext(ctx, args...)
 	if err != nil {
 		return nil, false, s.mapErr(err)
 	}
@@ -622,6 +649,9 @@ func (s *store) readPage(ctx context.Context, q string, args []any, withValue bo
 		if withValue && e.Value == nil {
 			e.Value = []byte{}
 		}
+		if len(page) == size {
+			return page, true, nil // the extra row: another page follows
+		}
 		page = append(page, e)
 		if bytes += len(e.Value); bytes >= listPageBytes {
 			return page, true, nil // stop early; the next page resumes after this key
@@ -630,19 +660,5 @@ func (s *store) readPage(ctx context.Context, q string, args []any, withValue bo
 	if err := rows.Err(); err != nil {
 		return nil, false, s.mapErr(err)
 	}
-	return page, len(page) == size, nil
-}
-
-// successor returns the least string greater than every string with the
-// given prefix, and false when there is none (the empty prefix, or one of
-// only 0xff bytes).
-func successor(prefix string) (string, bool) {
-	b := []byte(prefix)
-	for i := len(b) - 1; i >= 0; i-- {
-		if b[i] < 0xff {
-			b[i]++
-			return string(b[:i+1]), true
-		}
-	}
-	return "", false
+	return page, false, nil
 }
