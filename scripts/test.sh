@@ -37,7 +37,13 @@ step "Chromium (browser tests)"
 scripts/chromium.sh || echo "chromium: not installed; the browser tests will fail under CI" >&2
 
 step "S3-compatible servers (versitygw, MinIO)"
-# Each is stopped on exit only if this run started it.
+# Each run keeps its servers in a folder of its own (unless the caller names
+# one with AGENTKIT_VGW_STATE / AGENTKIT_MINIO_STATE), so two runs on one
+# machine never share, and never stop, each other's servers. Each server is
+# stopped on exit only if this run started it.
+run_state=$(mktemp -d "${TMPDIR:-/tmp}/agentkit-test-s3.XXXXXX")
+export AGENTKIT_VGW_STATE=${AGENTKIT_VGW_STATE:-$run_state/versitygw}
+export AGENTKIT_MINIO_STATE=${AGENTKIT_MINIO_STATE:-$run_state/minio}
 stop_s3=()
 for server in versitygw minio; do
 	if ! scripts/s3server.sh "$server" status; then
@@ -45,7 +51,7 @@ for server in versitygw minio; do
 	fi
 	eval "$(scripts/s3server.sh "$server" start)"
 done
-trap 'for s in "${stop_s3[@]}"; do scripts/s3server.sh "$s" stop >/dev/null 2>&1 || true; done' EXIT
+trap 'for s in "${stop_s3[@]}"; do scripts/s3server.sh "$s" stop >/dev/null 2>&1 || true; done; rm -rf "$run_state"' EXIT
 
 step "go test -race"
 # -count=1: never reuse cached results; the driver tests exercise live servers.
