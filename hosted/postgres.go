@@ -33,10 +33,10 @@ type pgStore struct {
 }
 
 type pgStatements struct {
-	get, write, forget                                  string
-	putEval, deleteEval, listEvals                      string
-	putSample, putSnapshot, getSnapshot                 string
-	appendMemory, memoryReplay, listMemory              string
+	get, write, forget                                   string
+	putEval, deleteEval, listEvals                       string
+	putSample, putSnapshot, getSnapshot                  string
+	appendMemory, memoryReplay, listMemory               string
 	listKeys, listValues, listKeysUpper, listValuesUpper string
 }
 
