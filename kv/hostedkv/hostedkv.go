@@ -351,10 +351,7 @@ func (s *Store) GetWithVersion(ctx context.Context, key string) ([]byte, kv.Vers
 	if ver == "" {
 		return nil, "", errors.New("hostedkv: the service answered a read without a version")
 	}
-	v, err := readBody(resp)
-	if err != nil {
-		return nil, "", fmt.Errorf("hostedkv: reading the value: %w", err)
-	}
+	v, _ := readBody(resp) // buffered by do
 	return v, kv.Version(ver), nil
 }
 

@@ -51,7 +51,7 @@ func (s *Store) pages(ctx context.Context, resource string, query url.Values, af
 				q.Set("after", after)
 			}
 			q.Set("limit", strconv.Itoa(s.page))
-			resp, err := s.do(ctx, call{method: http.MethodGet, resource: resource, query: q})
+			resp, err := s.do(ctx, call{method: http.MethodGet, resource: resource, query: q, stream: true})
 			if err != nil {
 				yield(nil, err)
 				return

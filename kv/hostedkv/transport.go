@@ -31,6 +31,10 @@ type call struct {
 	write bool
 	// reqID overrides the fresh request id of a write.
 	reqID string
+	// stream leaves the answer's body to the caller. Otherwise do reads
+	// the whole body within the attempt, so a body cut short is retried
+	// like any other transport failure.
+	stream bool
 }
 
 // ServiceError is an error answer of the service: its status and the
@@ -113,6 +117,9 @@ func (s *Store) do(ctx context.Context, c call) (*http.Response, error) {
 			return nil, err
 		}
 		resp, err := s.hc.Do(req)
+		if err == nil && !c.stream {
+			err = bufferBody(resp)
+		}
 		switch {
 		case err != nil:
 			if cerr := ctx.Err(); cerr != nil {
@@ -212,6 +219,19 @@ func (s *Store) newRequest(ctx context.Context, c call) (*http.Request, error) {
 		req.Header.Set(k, v)
 	}
 	return req, nil
+}
+
+// bufferBody reads the whole answer into memory, so a connection that
+// breaks in the middle of the body fails the attempt.
+func bufferBody(resp *http.Response) error {
+	b, err := readBody(resp)
+	resp.Body.Close()
+	if err != nil {
+		return fmt.Errorf("reading the answer: %w", err)
+	}
+	resp.Body = io.NopCloser(bytes.NewReader(b))
+	resp.ContentLength = int64(len(b))
+	return nil
 }
 
 // drain reads what is left of a small answer and closes it, so the
