@@ -89,6 +89,8 @@ func Serve(ctx context.Context, s *Service, cfg ServeConfig) error {
 	srv := &http.Server{
 		Handler:           s,
 		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       maxRequestTime,
+		WriteTimeout:      maxRequestTime + backendTimeout,
 		IdleTimeout:       2 * time.Minute,
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
@@ -146,7 +148,7 @@ func Serve(ctx context.Context, s *Service, cfg ServeConfig) error {
 	select {
 	case serveErr = <-errc:
 	case <-ctx.Done():
-		s.log.Info("storaged: shutting down; finishing requests in flight", slog.Duration("timeout", cfg.ShutdownTimeout))
+		s.log.Info("storaged: shutting down; finishing requests in flight", slog.String("timeout", cfg.ShutdownTimeout.String()))
 		sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
 		err := srv.Shutdown(sctx)
 		cancel()

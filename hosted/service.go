@@ -74,6 +74,18 @@ const (
 	// DefaultCredentialPoll is how often the credentials file is checked
 	// for changes.
 	DefaultCredentialPoll = time.Second
+	// MinDedupWindow is the shortest de-duplication window Open accepts.
+	MinDedupWindow = 5 * time.Minute
+)
+
+// A copy of a write is applied within maxRequestTime + backendTimeout of
+// its first byte: the server's read timeout bounds its arrival and
+// backendTimeout its transaction. Clients resend for at most a fifth of
+// the window, so every copy of a write is applied or refused while the
+// first copy's record is still kept (docs/hosted-protocol.md works it out).
+const (
+	maxRequestTime = 2 * time.Minute
+	backendTimeout = time.Minute
 )
 
 // maxNameBytes bounds the agent, run, experiment and session names of the
@@ -150,8 +162,8 @@ func Open(ctx context.Context, opts Options) (*Service, error) {
 	switch {
 	case opts.DedupWindow == 0:
 		opts.DedupWindow = DefaultDedupWindow
-	case opts.DedupWindow < time.Minute:
-		return nil, fmt.Errorf("hosted: the de-duplication window %v is under a minute; clients resend writes for up to 30s", opts.DedupWindow)
+	case opts.DedupWindow < MinDedupWindow:
+		return nil, fmt.Errorf("hosted: the de-duplication window %v is under the minimum of %v (a request may take up to %v to arrive and be applied, and clients resend writes for a fifth of the window)", opts.DedupWindow, MinDedupWindow, maxRequestTime+backendTimeout)
 	}
 	if opts.MaxInFlight <= 0 {
 		opts.MaxInFlight = DefaultMaxInFlight
@@ -379,6 +391,9 @@ func (c *call) serve() {
 		}
 	}
 	c.q = q
+	ctx, cancel := context.WithTimeout(c.r.Context(), backendTimeout)
+	defer cancel()
+	c.r = c.r.WithContext(ctx)
 	counter, _ := c.s.inflight.LoadOrStore(c.ns, new(atomic.Int64))
 	n := counter.(*atomic.Int64)
 	defer n.Add(-1)

@@ -105,8 +105,8 @@ type Limits struct {
 	MaxValueBytes int64 `json:"maxValueBytes"`
 	MaxPage       int   `json:"maxPage"`
 	// DedupWindowSeconds is how long the service remembers a write's
-	// request id. A client must not resend a write later than that after
-	// first sending it.
+	// request id. A client resends a write for at most a fifth of it
+	// after first sending it.
 	DedupWindowSeconds int64 `json:"dedupWindowSeconds"`
 }
 
