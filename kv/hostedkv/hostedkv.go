@@ -95,8 +95,9 @@ type Options struct {
 	// nil; nil means the system's.
 	RootCAs *x509.CertPool
 	// RetryFor is how long a request is retried; zero means
-	// DefaultRetryFor. It is capped at half the service's de-duplication
-	// window, past which a resent write could be applied twice.
+	// DefaultRetryFor. It is capped at a fifth of the service's
+	// de-duplication window, so every copy of a write reaches the service
+	// while the first copy's record is kept.
 	RetryFor time.Duration
 	// PageSize is how many entries one listing request asks for; zero
 	// means DefaultPageSize, capped at the service's page limit.
@@ -189,8 +190,8 @@ func open(ctx context.Context, serverURL, namespace string, opts *Options) (*Sto
 		s.Close()
 		return nil, fmt.Errorf("hostedkv: %s speaks protocol %d; this build speaks %d", s.base, s.info.Protocol, wire.Protocol)
 	}
-	if w := time.Duration(s.info.Limits.DedupWindowSeconds) * time.Second; w > 0 && s.retryFor > w/2 {
-		s.retryFor = w / 2
+	if w := time.Duration(s.info.Limits.DedupWindowSeconds) * time.Second; w > 0 && s.retryFor > w/5 {
+		s.retryFor = w / 5
 	}
 	if m := s.info.Limits.MaxPage; m > 0 && s.page > m {
 		s.page = m
