@@ -41,8 +41,7 @@ func isolationService(t testing.TB) *testService {
 // the wire (no client normalises them).
 func hostileTargets() []string {
 	long := strings.Repeat("k", 10<<10)
-	var out []string
-	for _, p := range []string{
+	return []string{
 		"/v1/ns/victim/kv?key=secret",
 		"/v1/ns/victim/list",
 		"/v1/ns/victim-2/list?prefix=",
@@ -90,10 +89,7 @@ func hostileTargets() []string {
 		"/v1/ns/vic/ab-snapshot?agent=victim",
 		"http://example.com/v1/ns/victim/kv?key=secret",
 		"*",
-	} {
-		out = append(out, p)
 	}
-	return out
 }
 
 // rawRequest sends one request exactly as given and returns the status
