@@ -192,6 +192,18 @@ BEGIN
 		END IF;
 	ELSE
 		DELETE FROM %[1]s_kv t WHERE t.ns = p_ns AND t.key = p_key;
+		IF NOT FOUND THEN
+			o_status := 4; -- nothing to delete; answered as success
+		END IF;
+	END IF;
+	IF o_status <> 0 THEN
+		-- The write changed nothing: its record only stops a delayed copy
+		-- of it from applying later, so it need not wait for the WAL
+		-- flush (a conflict costs a pgkv client no flush either).
+		PERFORM set_config('synchronous_commit', 'off', true);
+		IF o_status = 4 THEN
+			o_status := 0;
+		END IF;
 	END IF;
 	INSERT INTO %[1]s_requests (ns, id, key, op, status, version) VALUES (p_ns, p_req, p_key, p_op, o_status, o_version);
 END
