@@ -603,3 +603,77 @@ func pgBackend(t testing.TB) string {
 	u.RawQuery = q.Encode()
 	return u.String()
 }
+
+// TestCopiesOfOneWriteAtOnce sends eight copies of one write at the same
+// moment, as a client does when it resends while the first copy is still
+// being served: one is applied, and every copy gets its outcome.
+func TestCopiesOfOneWriteAtOnce(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, backend string) {
+		ts := newTestService(t, Options{Backend: backend}, "alpha")
+		tok := ts.tokens["alpha"]
+		v0 := ts.put(t, "alpha", "k", "zero")
+		for _, c := range []struct {
+			name   string
+			method string
+			hdr    map[string]string
+			status int
+		}{
+			{"PutIfVersion", "PUT", map[string]string{wire.HeaderIfVersion: v0}, 204},
+			{"Put", "PUT", nil, 204},
+			{"PutIfAbsent on another key", "PUT", map[string]string{wire.HeaderIfAbsent: "1"}, 204},
+			{"Delete", "DELETE", nil, 204},
+		} {
+			t.Run(c.name, func(t *testing.T) {
+				key := "k"
+				if c.name == "PutIfAbsent on another key" {
+					key = "k2"
+				}
+				hdr := map[string]string{wire.HeaderRequestID: newID()}
+				for k, v := range c.hdr {
+					hdr[k] = v
+				}
+				const copies = 8
+				answers := make([]answer, copies)
+				start := make(chan struct{})
+				var wg sync.WaitGroup
+				for i := range copies {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						<-start
+						var body []byte
+						if c.method == "PUT" {
+							body = []byte("value of " + c.name)
+						}
+						answers[i] = ts.do(t, c.method, kvPath("alpha", key), tok, hdr, body)
+					}()
+				}
+				close(start)
+				wg.Wait()
+				applied := 0
+				for i, a := range answers {
+					if a.status != c.status || a.header.Get(wire.HeaderVersion) != answers[0].header.Get(wire.HeaderVersion) {
+						t.Fatalf("copy %d: %d %+v version %q; copy 0: %d version %q", i, a.status, a.err, a.header.Get(wire.HeaderVersion),
+							answers[0].status, answers[0].header.Get(wire.HeaderVersion))
+					}
+					if a.header.Get(wire.HeaderReplayed) == "" {
+						applied++
+					}
+				}
+				if applied != 1 {
+					t.Fatalf("%d of %d copies say they applied the write, want 1", applied, copies)
+				}
+				g := ts.do(t, "GET", kvPath("alpha", key), tok, nil, nil)
+				if c.method == "DELETE" {
+					if g.status != 404 {
+						t.Fatalf("after the deletes: %d", g.status)
+					}
+					return
+				}
+				if g.header.Get(wire.HeaderVersion) != answers[0].header.Get(wire.HeaderVersion) {
+					t.Fatalf("the key is at %q, the copies answered %q: the write was applied again", g.header.Get(wire.HeaderVersion), answers[0].header.Get(wire.HeaderVersion))
+				}
+			})
+		}
+	})
+}

@@ -17,13 +17,12 @@ import (
 // reads, in both backends.
 const schemaFormat = 1
 
-// pgLockSpace is the first key of the advisory locks the PostgreSQL backend
-// takes ("akhs"): one while creating the tables, one per request id while
-// a write runs.
+// pgLockSpace is the first key of the advisory lock the PostgreSQL backend
+// takes while creating its tables ("akhs").
 const pgLockSpace = 0x616b6873
 
-// pgStore is the PostgreSQL backend. Every write is one call of a PL/pgSQL
-// function, so it costs one round trip, like the pgkv driver's.
+// pgStore is the PostgreSQL backend. Every write is one statement (see
+// pgWrites), so it costs one round trip, like the pgkv driver's.
 type pgStore struct {
 	pool    *pgxpool.Pool
 	p       string // table prefix
@@ -33,7 +32,8 @@ type pgStore struct {
 }
 
 type pgStatements struct {
-	get, write, forget                                   string
+	get, forget                                          string
+	writes                                               [4]string // by writeOp
 	putEval, deleteEval, listEvals                       string
 	putSample, putSnapshot, getSnapshot                  string
 	appendMemory, memoryReplay, listMemory               string
@@ -51,7 +51,7 @@ func newPGStatements(p string) pgStatements {
 	values := fmt.Sprintf("key, CASE WHEN octet_length(value) <= %d THEN value END, octet_length(value)", inlineValueLimit)
 	return pgStatements{
 		get:    "SELECT value, version FROM " + p + "_kv WHERE ns = $1 AND key = $2",
-		write:  "SELECT o_status, o_version, o_replayed FROM " + p + "_write($1, $2, $3, $4, $5, $6)",
+		writes: pgWrites(p),
 		forget: "DELETE FROM " + p + "_requests WHERE at < $1",
 
 		putEval: "INSERT INTO " + p + "_eval_runs (ns, agent, run_id, snapshot) VALUES ($1, $2, $3, $4::json) " +
@@ -83,7 +83,7 @@ func newPGStatements(p string) pgStatements {
 	}
 }
 
-// pgSchema creates the tables and the write function. %[1]s is the prefix.
+// pgSchema creates the tables. %[1]s is the prefix.
 const pgSchema = `
 CREATE TABLE IF NOT EXISTS %[1]s_meta (
 	id     int PRIMARY KEY CHECK (id = 1),
@@ -108,7 +108,7 @@ CREATE TABLE IF NOT EXISTS %[1]s_requests (
 	at      timestamptz NOT NULL DEFAULT now(),
 	PRIMARY KEY (ns, id)
 );
-CREATE INDEX IF NOT EXISTS %[1]s_requests_at ON %[1]s_requests (at);
+CREATE INDEX IF NOT EXISTS %[1]s_requests_at ON %[1]s_requests USING brin (at);
 CREATE TABLE IF NOT EXISTS %[1]s_eval_runs (
 	ns         text NOT NULL,
 	agent      text NOT NULL,
@@ -150,64 +150,6 @@ CREATE TABLE IF NOT EXISTS %[1]s_memory (
 	PRIMARY KEY (ns, agent, seq),
 	UNIQUE (ns, agent, request_id)
 );
-CREATE OR REPLACE FUNCTION %[1]s_write(p_ns text, p_key text, p_value bytea, p_op smallint, p_expected bigint, p_req text,
-	OUT o_status smallint, OUT o_version bigint, OUT o_replayed boolean)
-LANGUAGE plpgsql AS $fn$
-DECLARE
-	r record;
-BEGIN
-	-- One request id at a time: a resent write waits here for the first
-	-- copy to commit, then finds its record.
-	PERFORM pg_advisory_xact_lock(%[2]d, hashtext(p_ns || '/' || p_req));
-	SELECT q.key, q.op, q.status, q.version INTO r FROM %[1]s_requests q WHERE q.ns = p_ns AND q.id = p_req;
-	IF FOUND THEN
-		o_replayed := true;
-		IF r.key <> p_key OR r.op <> p_op THEN
-			o_status := 3;
-		ELSE
-			o_status := r.status;
-			o_version := r.version;
-		END IF;
-		RETURN;
-	END IF;
-	o_replayed := false;
-	o_status := 0;
-	IF p_op = 0 THEN
-		INSERT INTO %[1]s_kv AS t (ns, key, value, version) VALUES (p_ns, p_key, p_value, nextval('%[1]s_version'))
-			ON CONFLICT (ns, key) DO UPDATE SET value = EXCLUDED.value, version = EXCLUDED.version
-			RETURNING t.version INTO o_version;
-	ELSIF p_op = 1 THEN
-		INSERT INTO %[1]s_kv AS t (ns, key, value, version) VALUES (p_ns, p_key, p_value, nextval('%[1]s_version'))
-			ON CONFLICT (ns, key) DO NOTHING
-			RETURNING t.version INTO o_version;
-		IF o_version IS NULL THEN
-			o_status := 1;
-		END IF;
-	ELSIF p_op = 2 THEN
-		UPDATE %[1]s_kv AS t SET value = p_value, version = nextval('%[1]s_version')
-			WHERE t.ns = p_ns AND t.key = p_key AND t.version = p_expected
-			RETURNING t.version INTO o_version;
-		IF o_version IS NULL THEN
-			o_status := 2;
-		END IF;
-	ELSE
-		DELETE FROM %[1]s_kv t WHERE t.ns = p_ns AND t.key = p_key;
-		IF NOT FOUND THEN
-			o_status := 4; -- nothing to delete; answered as success
-		END IF;
-	END IF;
-	IF o_status <> 0 THEN
-		-- The write changed nothing: its record only stops a delayed copy
-		-- of it from applying later, so it need not wait for the WAL
-		-- flush (a conflict costs a pgkv client no flush either).
-		PERFORM set_config('synchronous_commit', 'off', true);
-		IF o_status = 4 THEN
-			o_status := 0;
-		END IF;
-	END IF;
-	INSERT INTO %[1]s_requests (ns, id, key, op, status, version) VALUES (p_ns, p_req, p_key, p_op, o_status, o_version);
-END
-$fn$;
 `
 
 func openPostgres(ctx context.Context, rawURL string) (*pgStore, error) {
@@ -259,7 +201,7 @@ func (s *pgStore) ensureSchema(ctx context.Context) error {
 		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1, hashtext(current_schema() || '.' || $2))", int32(pgLockSpace), s.p); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, fmt.Sprintf(pgSchema, s.p, pgLockSpace)); err != nil {
+		if _, err := tx.Exec(ctx, fmt.Sprintf(pgSchema, s.p)); err != nil {
 			return err
 		}
 		_, err := tx.Exec(ctx, "INSERT INTO "+s.p+"_meta (id, format, epoch) VALUES (1, $1, $2) ON CONFLICT (id) DO NOTHING", schemaFormat, newEpoch())
@@ -318,23 +260,101 @@ func (s *pgStore) get(ctx context.Context, ns, key string) ([]byte, int64, error
 	return v, ver, s.err(err)
 }
 
+// pgWrites returns the statement of each write operation. Each is one
+// statement, so one transaction and one round trip:
+//
+//   - prev reads the request id's record. When there is one, nothing else
+//     happens and the record is the answer.
+//   - w is the write itself, drawing its version from the sequence.
+//   - rec records the request id, the key, the operation and the outcome.
+//   - async turns off the wait for the WAL flush when the write changed
+//     nothing (a conflict, a delete of a missing key): its record only
+//     stops a delayed copy from applying later, and a pgkv client's
+//     conflict costs no flush either.
+//
+// Two copies of one request running at once both find no record; the
+// second to insert its record fails on the primary key once the first
+// commits, which rolls its write back, and the service runs it again to
+// answer from the record. Within a statement, rec follows w, so the second
+// copy waits on the key's row lock first and the two never deadlock.
+//
+// Parameters: $1 ns, $2 key, $3 request id, then $4 value and $5 expected
+// version where the operation has them. The row: the record's key, op,
+// status and version when replayed, then the new version (null when
+// nothing was written).
+func pgWrites(p string) [4]string {
+	prev := "WITH prev AS (SELECT key, op, status, version FROM " + p + "_requests WHERE ns = $1 AND id = $3), "
+	none := "NOT EXISTS (SELECT 1 FROM prev)"
+	rec := func(op writeOp, status string) string {
+		return "rec AS (INSERT INTO " + p + "_requests (ns, id, key, op, status, version) " +
+			"SELECT $1, $3, $2, " + fmt.Sprint(int(op)) + ", " + status + ", (SELECT version FROM w) WHERE " + none + "), "
+	}
+	async := "async AS (SELECT set_config('synchronous_commit', 'off', true) WHERE " + none + " AND NOT EXISTS (SELECT 1 FROM w)) "
+	result := "SELECT (SELECT key FROM prev), (SELECT op FROM prev), (SELECT status FROM prev), (SELECT version FROM prev), " +
+		"(SELECT version FROM w), (SELECT count(*) FROM async)"
+	insert := "INSERT INTO " + p + "_kv AS t (ns, key, value, version) SELECT $1, $2, $4, nextval('" + p + "_version') WHERE " + none
+	var q [4]string
+	q[opPut] = prev + "w AS (" + insert +
+		" ON CONFLICT (ns, key) DO UPDATE SET value = EXCLUDED.value, version = EXCLUDED.version RETURNING t.version), " +
+		rec(opPut, "0") + async + result
+	q[opPutIfAbsent] = prev + "w AS (" + insert + " ON CONFLICT (ns, key) DO NOTHING RETURNING t.version), " +
+		rec(opPutIfAbsent, "CASE WHEN EXISTS (SELECT 1 FROM w) THEN 0 ELSE 1 END") + async + result
+	q[opPutIfVersion] = prev + "w AS (UPDATE " + p + "_kv AS t SET value = $4, version = nextval('" + p + "_version') " +
+		"WHERE t.ns = $1 AND t.key = $2 AND t.version = $5 AND " + none + " RETURNING t.version), " +
+		rec(opPutIfVersion, "CASE WHEN EXISTS (SELECT 1 FROM w) THEN 0 ELSE 2 END") + async + result
+	q[opDelete] = prev + "w AS (DELETE FROM " + p + "_kv AS t WHERE t.ns = $1 AND t.key = $2 AND " + none + " RETURNING NULL::bigint AS version), " +
+		rec(opDelete, "0") + async + result
+	return q
+}
+
 func (s *pgStore) write(ctx context.Context, w writeReq) (writeResult, error) {
-	var st int16
-	var ver *int64
-	var res writeResult
 	value := w.value
 	if value == nil {
 		value = []byte{}
 	}
-	err := s.pool.QueryRow(ctx, s.sql.write, w.ns, w.key, value, int16(w.op), w.expected, w.reqID).Scan(&st, &ver, &res.replayed)
-	if err != nil {
-		return res, s.err(err)
+	args := []any{w.ns, w.key, w.reqID}
+	switch w.op {
+	case opPut, opPutIfAbsent:
+		args = append(args, value)
+	case opPutIfVersion:
+		args = append(args, value, w.expected)
 	}
-	res.status = writeStatus(st)
-	if ver != nil {
-		res.version = *ver
+	for attempt := 1; ; attempt++ {
+		var (
+			prevKey              *string
+			prevOp, prevStatus   *int16
+			prevVersion, version *int64
+			async                int64
+			res                  writeResult
+		)
+		err := s.pool.QueryRow(ctx, s.sql.writes[w.op], args...).Scan(&prevKey, &prevOp, &prevStatus, &prevVersion, &version, &async)
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == "23505" && pgErr.TableName == s.p+"_requests" && attempt < 3 {
+			continue // a copy of this request committed first: answer from its record
+		}
+		if err != nil {
+			return res, s.err(err)
+		}
+		switch {
+		case prevKey != nil:
+			res.replayed = true
+			if *prevKey != w.key || writeOp(*prevOp) != w.op {
+				res.status = statusReused
+			} else {
+				res.status = writeStatus(*prevStatus)
+				if prevVersion != nil {
+					res.version = *prevVersion
+				}
+			}
+		case version != nil:
+			res.version = *version
+		case w.op == opPutIfAbsent:
+			res.status = statusExists
+		case w.op == opPutIfVersion:
+			res.status = statusMismatch
+		}
+		return res, nil
 	}
-	return res, nil
 }
 
 func (s *pgStore) list(ctx context.Context, ns, prefix, after string, limit int, values bool) ([]row, bool, error) {
