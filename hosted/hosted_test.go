@@ -594,7 +594,6 @@ func pgBackend(t testing.TB) string {
 			}
 		}
 		conn.Exec(ctx, "DROP SEQUENCE IF EXISTS "+prefix+"_version")
-		conn.Exec(ctx, "DROP FUNCTION IF EXISTS "+prefix+"_write")
 	})
 	u, _ := url.Parse(base)
 	q := u.Query()

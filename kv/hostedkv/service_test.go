@@ -106,7 +106,7 @@ func dropTables(t testing.TB, base, prefix string) {
 	for _, tbl := range []string{"kv", "requests", "eval_runs", "ab_samples", "ab_snapshots", "memory_heads", "memory", "meta"} {
 		stmts = append(stmts, "DROP TABLE IF EXISTS "+prefix+"_"+tbl)
 	}
-	stmts = append(stmts, "DROP SEQUENCE IF EXISTS "+prefix+"_version", "DROP FUNCTION IF EXISTS "+prefix+"_write")
+	stmts = append(stmts, "DROP SEQUENCE IF EXISTS "+prefix+"_version")
 	for _, s := range stmts {
 		if _, err := conn.Exec(ctx, s); err != nil {
 			t.Errorf("%s: %v", s, err)
