@@ -508,8 +508,8 @@ func trim(s string) string {
 	return strings.ToValidUTF8(s, "?")
 }
 
-// param returns the query parameter name after checking that only the
-// allowed parameters are present.
+// params answers 400 and returns false when the query has a parameter
+// that is not allowed.
 func (c *call) params(allowed ...string) bool {
 	for name := range c.q {
 		ok := false
