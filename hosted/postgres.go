@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"runtime"
 	"strings"
 	"time"
 
@@ -12,6 +13,11 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
+
+// DefaultPoolSize is the least number of PostgreSQL connections the service
+// opens when the backend URL has no pool_max_conns (four per CPU when that
+// is more).
+const DefaultPoolSize = 16
 
 // schemaFormat is the layout of the service's tables this build writes and
 // reads, in both backends.
@@ -172,6 +178,13 @@ func openPostgres(ctx context.Context, rawURL string) (*pgStore, error) {
 	cfg, err := pgxpool.ParseConfig(u.String())
 	if err != nil {
 		return nil, s.err(fmt.Errorf("hosted: the PostgreSQL URL is not usable: %w", err))
+	}
+	if !q.Has("pool_max_conns") {
+		// The service multiplexes many clients; a connection is held for
+		// one statement, plus the time its goroutine waits to run, so
+		// pgx's default of four caps throughput long before the database
+		// does.
+		cfg.MaxConns = int32(max(DefaultPoolSize, 4*runtime.NumCPU()))
 	}
 	if s.pool, err = pgxpool.NewWithConfig(ctx, cfg); err != nil {
 		return nil, s.err(fmt.Errorf("hosted: PostgreSQL: %w", err))

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	_ "modernc.org/sqlite" // the "sqlite" database/sql driver
@@ -23,6 +24,97 @@ type sqliteStore struct {
 	w, r *sql.DB
 	p    string
 	ep   string
+
+	mu    sync.Mutex
+	stmts map[stmtKey]*sql.Stmt // prepared once, on w or r
+}
+
+type stmtKey struct {
+	db *sql.DB
+	q  string
+}
+
+// prepared returns q prepared on db, preparing it on first use: parsing a
+// statement costs more than running it.
+func (s *sqliteStore) prepared(ctx context.Context, db *sql.DB, q string) (*sql.Stmt, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if st := s.stmts[stmtKey{db, q}]; st != nil {
+		return st, nil
+	}
+	st, err := db.PrepareContext(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	if s.stmts == nil {
+		s.stmts = map[stmtKey]*sql.Stmt{}
+	}
+	s.stmts[stmtKey{db, q}] = st
+	return st, nil
+}
+
+// txStmt returns q for use in tx: prepared on the writer by
+// prepareWrites, or prepared in tx (the writer's one connection is tx's, so
+// preparing on the pool would wait for tx to end).
+func (s *sqliteStore) txStmt(ctx context.Context, tx *sql.Tx, q string) (*sql.Stmt, error) {
+	s.mu.Lock()
+	st := s.stmts[stmtKey{s.w, q}]
+	s.mu.Unlock()
+	if st == nil {
+		return tx.PrepareContext(ctx, q)
+	}
+	return tx.StmtContext(ctx, st), nil
+}
+
+// writeQueries are the statements of write transactions, prepared when the
+// store opens.
+func (s *sqliteStore) writeQueries() []string {
+	p := s.p
+	return []string{
+		"SELECT key, op, status, version FROM " + p + "_requests WHERE ns = ? AND id = ?",
+		"UPDATE " + p + "_meta SET last_version = last_version + 1 WHERE id = 1 RETURNING last_version",
+		"SELECT version FROM " + p + "_kv WHERE ns = ? AND key = ?",
+		"DELETE FROM " + p + "_kv WHERE ns = ? AND key = ?",
+		"INSERT INTO " + p + "_kv (ns, key, value, version) VALUES (?, ?, ?, ?) ON CONFLICT (ns, key) DO UPDATE SET value = excluded.value, version = excluded.version",
+		"INSERT INTO " + p + "_requests (ns, id, key, op, status, version, at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+	}
+}
+
+func (s *sqliteStore) prepareWrites(ctx context.Context) error {
+	for _, q := range s.writeQueries() {
+		if _, err := s.prepared(ctx, s.w, q); err != nil {
+			return fmt.Errorf("hosted: %s: prepare %q: %w", s.path, q, err)
+		}
+	}
+	return nil
+}
+
+// txExec runs a prepared statement in tx.
+func (s *sqliteStore) txExec(ctx context.Context, tx *sql.Tx, q string, args ...any) error {
+	st, err := s.txStmt(ctx, tx, q)
+	if err != nil {
+		return err
+	}
+	_, err = st.ExecContext(ctx, args...)
+	return err
+}
+
+// txScan runs a prepared one-row query in tx and scans the row.
+func (s *sqliteStore) txScan(ctx context.Context, tx *sql.Tx, q string, args []any, dest ...any) error {
+	st, err := s.txStmt(ctx, tx, q)
+	if err != nil {
+		return err
+	}
+	return st.QueryRowContext(ctx, args...).Scan(dest...)
+}
+
+// readScan runs a prepared one-row query on the readers and scans the row.
+func (s *sqliteStore) readScan(ctx context.Context, q string, args []any, dest ...any) error {
+	st, err := s.prepared(ctx, s.r, q)
+	if err != nil {
+		return err
+	}
+	return st.QueryRowContext(ctx, args...).Scan(dest...)
 }
 
 const sqliteSchema = `
@@ -135,6 +227,10 @@ func openSQLite(ctx context.Context, rawURL string) (*sqliteStore, error) {
 		s.w.Close()
 		return nil, err
 	}
+	if err := s.prepareWrites(ctx); err != nil {
+		s.close()
+		return nil, err
+	}
 	if s.r, err = sql.Open("sqlite", base+"&_query_only=1"); err != nil {
 		s.w.Close()
 		return nil, fmt.Errorf("hosted: %w", err)
@@ -173,7 +269,15 @@ func (s *sqliteStore) kind() string  { return "sqlite" }
 func (s *sqliteStore) epoch() string { return s.ep }
 
 func (s *sqliteStore) close() {
-	s.r.Close()
+	s.mu.Lock()
+	for _, st := range s.stmts {
+		st.Close()
+	}
+	s.stmts = nil
+	s.mu.Unlock()
+	if s.r != nil {
+		s.r.Close()
+	}
 	s.w.Close()
 }
 
@@ -185,7 +289,7 @@ func (s *sqliteStore) ping(ctx context.Context) error {
 func (s *sqliteStore) get(ctx context.Context, ns, key string) ([]byte, int64, error) {
 	var v []byte
 	var ver int64
-	err := s.r.QueryRowContext(ctx, "SELECT value, version FROM "+s.p+"_kv WHERE ns = ? AND key = ?", ns, key).Scan(&v, &ver)
+	err := s.readScan(ctx, "SELECT value, version FROM "+s.p+"_kv WHERE ns = ? AND key = ?", []any{ns, key}, &v, &ver)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, 0, errNotFound
 	}
@@ -219,7 +323,7 @@ func (s *sqliteStore) write(ctx context.Context, w writeReq) (writeResult, error
 		var key string
 		var op, st int16
 		var ver sql.NullInt64
-		err := tx.QueryRowContext(ctx, "SELECT key, op, status, version FROM "+s.p+"_requests WHERE ns = ? AND id = ?", w.ns, w.reqID).Scan(&key, &op, &st, &ver)
+		err := s.txScan(ctx, tx, "SELECT key, op, status, version FROM "+s.p+"_requests WHERE ns = ? AND id = ?", []any{w.ns, w.reqID}, &key, &op, &st, &ver)
 		switch {
 		case err == nil:
 			res.replayed = true
@@ -234,13 +338,13 @@ func (s *sqliteStore) write(ctx context.Context, w writeReq) (writeResult, error
 		}
 		next := func() (int64, error) {
 			var n int64
-			err := tx.QueryRowContext(ctx, "UPDATE "+s.p+"_meta SET last_version = last_version + 1 WHERE id = 1 RETURNING last_version").Scan(&n)
+			err := s.txScan(ctx, tx, "UPDATE "+s.p+"_meta SET last_version = last_version + 1 WHERE id = 1 RETURNING last_version", nil, &n)
 			return n, err
 		}
 		var cur int64
 		found := true
 		if w.op == opPutIfAbsent || w.op == opPutIfVersion {
-			err := tx.QueryRowContext(ctx, "SELECT version FROM "+s.p+"_kv WHERE ns = ? AND key = ?", w.ns, w.key).Scan(&cur)
+			err := s.txScan(ctx, tx, "SELECT version FROM "+s.p+"_kv WHERE ns = ? AND key = ?", []any{w.ns, w.key}, &cur)
 			if errors.Is(err, sql.ErrNoRows) {
 				found = false
 			} else if err != nil {
@@ -253,7 +357,7 @@ func (s *sqliteStore) write(ctx context.Context, w writeReq) (writeResult, error
 		case w.op == opPutIfVersion && (!found || cur != w.expected):
 			res.status = statusMismatch
 		case w.op == opDelete:
-			if _, err := tx.ExecContext(ctx, "DELETE FROM "+s.p+"_kv WHERE ns = ? AND key = ?", w.ns, w.key); err != nil {
+			if err := s.txExec(ctx, tx, "DELETE FROM "+s.p+"_kv WHERE ns = ? AND key = ?", w.ns, w.key); err != nil {
 				return err
 			}
 		default:
@@ -261,8 +365,7 @@ func (s *sqliteStore) write(ctx context.Context, w writeReq) (writeResult, error
 			if err != nil {
 				return err
 			}
-			if _, err := tx.ExecContext(ctx, "INSERT INTO "+s.p+"_kv (ns, key, value, version) VALUES (?, ?, ?, ?) "+
-				"ON CONFLICT (ns, key) DO UPDATE SET value = excluded.value, version = excluded.version", w.ns, w.key, value, n); err != nil {
+			if err := s.txExec(ctx, tx, "INSERT INTO "+s.p+"_kv (ns, key, value, version) VALUES (?, ?, ?, ?) ON CONFLICT (ns, key) DO UPDATE SET value = excluded.value, version = excluded.version", w.ns, w.key, value, n); err != nil {
 				return err
 			}
 			res.version = n
@@ -271,9 +374,8 @@ func (s *sqliteStore) write(ctx context.Context, w writeReq) (writeResult, error
 		if res.version != 0 {
 			v = res.version
 		}
-		_, err = tx.ExecContext(ctx, "INSERT INTO "+s.p+"_requests (ns, id, key, op, status, version, at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+		return s.txExec(ctx, tx, "INSERT INTO "+s.p+"_requests (ns, id, key, op, status, version, at) VALUES (?, ?, ?, ?, ?, ?, ?)",
 			w.ns, w.reqID, w.key, int16(w.op), int16(res.status), v, time.Now().UnixMilli())
-		return err
 	})
 	return res, err
 }
@@ -291,7 +393,11 @@ func (s *sqliteStore) list(ctx context.Context, ns, prefix, after string, limit 
 	}
 	q += " ORDER BY key LIMIT ?"
 	args = append(args, limit+1)
-	rows, err := s.r.QueryContext(ctx, q, args...)
+	st, err := s.prepared(ctx, s.r, q)
+	if err != nil {
+		return nil, false, err
+	}
+	rows, err := st.QueryContext(ctx, args...)
 	if err != nil {
 		return nil, false, err
 	}

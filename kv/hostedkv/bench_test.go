@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"os"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -28,7 +29,11 @@ func benchSides(b *testing.B) ([]*kv.DB, []byte) {
 	hosted := svc.open(b, ns, token, nil)
 	b.Cleanup(func() { hosted.Close() })
 	table := "hkb_" + randomHex(5)
-	direct, err := pgkv.Open(context.Background(), base, &pgkv.Options{Table: table})
+	conn := base
+	if n := os.Getenv("HOSTEDKV_BENCH_DIRECT_POOL"); n != "" {
+		conn += "&pool_max_conns=" + n // to compare with storaged's larger pool
+	}
+	direct, err := pgkv.Open(context.Background(), conn, &pgkv.Options{Table: table})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -144,6 +149,10 @@ func BenchmarkHostedVsPostgres(b *testing.B) {
 // first, each iteration, and reports hosted ops/s ÷ direct ops/s:
 //
 //	go test -run '^$' -bench HostedVsPostgresThroughput -benchtime 10x ./kv/hostedkv/
+//
+// Each side uses its default connection pool: pgx's (4 on this machine)
+// for the direct driver, storaged's (DefaultPoolSize) for the service.
+// HOSTEDKV_BENCH_DIRECT_POOL=16 gives the direct side as many.
 func BenchmarkHostedVsPostgresThroughput(b *testing.B) {
 	sides, value := benchSides(b)
 	ctx := b.Context()
