@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -31,7 +32,11 @@ func benchSides(b *testing.B) ([]*kv.DB, []byte) {
 	table := "hkb_" + randomHex(5)
 	conn := base
 	if n := os.Getenv("HOSTEDKV_BENCH_DIRECT_POOL"); n != "" {
-		conn += "&pool_max_conns=" + n // to compare with storaged's larger pool
+		sep := "?"
+		if strings.Contains(conn, "?") {
+			sep = "&"
+		}
+		conn += sep + "pool_max_conns=" + n // to compare with storaged's larger pool
 	}
 	direct, err := pgkv.Open(context.Background(), conn, &pgkv.Options{Table: table})
 	if err != nil {
