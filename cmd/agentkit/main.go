@@ -9,6 +9,7 @@ import (
 
 	// The drivers the command can open by URL.
 	_ "agentkit/kv/filekv"
+	_ "agentkit/kv/hostedkv"
 	_ "agentkit/kv/memkv"
 	_ "agentkit/kv/natskv"
 	_ "agentkit/kv/pgkv"

@@ -1,0 +1,227 @@
+package hostedkv_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"agentkit/kv"
+	"agentkit/kv/kvtest"
+	"agentkit/kv/pgkv"
+)
+
+// benchSides returns the direct PostgreSQL store and the hosted one, each
+// filled with 1,000 keys of kvtest.BenchValueSize bytes and 100 keys under
+// list/.
+func benchSides(b *testing.B) ([]*kv.DB, []byte) {
+	base := postgresServer(b)
+	svc := startService(b, pgBackend(b, false))
+	ns, token := svc.namespace(b)
+	hosted := svc.open(b, ns, token, nil)
+	b.Cleanup(func() { hosted.Close() })
+	table := "hkb_" + randomHex(5)
+	conn := base
+	if n := os.Getenv("HOSTEDKV_BENCH_DIRECT_POOL"); n != "" {
+		sep := "?"
+		if strings.Contains(conn, "?") {
+			sep = "&"
+		}
+		conn += sep + "pool_max_conns=" + n // to compare with storaged's larger pool
+	}
+	direct, err := pgkv.Open(context.Background(), conn, &pgkv.Options{Table: table})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		direct.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if conn, err := pgx.Connect(ctx, base); err == nil {
+			conn.Exec(ctx, "DROP TABLE IF EXISTS "+table)
+			conn.Close(ctx)
+		}
+	})
+	value := kvtest.BenchValue(kvtest.BenchValueSize)
+	const keys = 1000
+	sides := []*kv.DB{direct, hosted}
+	ctx := context.Background()
+	for _, db := range sides {
+		for i := range keys {
+			if err := db.Put(ctx, kvtest.BenchKey(i), value); err != nil {
+				b.Fatal(err)
+			}
+		}
+		for i := range 100 {
+			if err := db.Put(ctx, fmt.Sprintf("list/%03d", i), value); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	return sides, value
+}
+
+// BenchmarkHostedVsPostgres measures what storaged adds over the
+// PostgreSQL driver used directly: both sides write to the same server with
+// its own durability settings (no synchronous_commit override), in tables
+// of their own, through *kv.DB. Each iteration runs the operation once on
+// each side, in alternating order, and the benchmark reports the median
+// latency of each side and their difference:
+//
+//	go test -run '^$' -bench HostedVsPostgres -benchtime 3000x ./kv/hostedkv/
+func BenchmarkHostedVsPostgres(b *testing.B) {
+	sides, value := benchSides(b)
+	ctx := b.Context()
+	const keys = 1000
+	run := "" // a fresh name per sub-benchmark run, for PutIfAbsent's keys
+	type opFunc func(db *kv.DB, i int, state *kv.Version) error
+	ops := []struct {
+		name string
+		fn   opFunc
+	}{
+		{"Put", func(db *kv.DB, i int, _ *kv.Version) error { return db.Put(ctx, kvtest.BenchKey(i%keys), value) }},
+		{"Get", func(db *kv.DB, i int, _ *kv.Version) error {
+			_, err := db.Get(ctx, kvtest.BenchKey(i%keys))
+			return err
+		}},
+		{"PutIfVersion", func(db *kv.DB, i int, ver *kv.Version) error {
+			if *ver == "" {
+				_, v, err := db.GetWithVersion(ctx, kvtest.BenchKey(0))
+				if err != nil {
+					return err
+				}
+				*ver = v
+			}
+			v, err := db.PutIfVersion(ctx, kvtest.BenchKey(0), value, *ver)
+			*ver = v
+			return err
+		}},
+		{"PutIfAbsent", func(db *kv.DB, i int, _ *kv.Version) error {
+			_, err := db.PutIfAbsent(ctx, fmt.Sprintf("absent/%s/%d", run, i), value)
+			return err
+		}},
+		{"Delete", func(db *kv.DB, i int, _ *kv.Version) error { return db.Delete(ctx, fmt.Sprintf("gone/%d", i)) }},
+		{"ListKeys100", func(db *kv.DB, i int, _ *kv.Version) error {
+			n := 0
+			for _, err := range db.ListKeys(ctx, "list/") {
+				if err != nil {
+					return err
+				}
+				n++
+			}
+			if n != 100 {
+				return fmt.Errorf("listed %d keys, want 100", n)
+			}
+			return nil
+		}},
+	}
+	for _, op := range ops {
+		b.Run(op.name, func(b *testing.B) {
+			run = randomHex(4)
+			lat := [2][]time.Duration{}
+			vers := [2]kv.Version{}
+			i := 0
+			for b.Loop() {
+				for k := range 2 {
+					side := (i + k) % 2 // alternate which side goes first
+					start := time.Now()
+					if err := op.fn(sides[side], i, &vers[side]); err != nil {
+						b.Fatalf("%s on side %d: %v", op.name, side, err)
+					}
+					lat[side] = append(lat[side], time.Since(start))
+				}
+				i++
+			}
+			d, h := median(lat[0]), median(lat[1])
+			b.ReportMetric(float64(d.Microseconds()), "direct-p50-µs")
+			b.ReportMetric(float64(h.Microseconds()), "hosted-p50-µs")
+			b.ReportMetric(float64((h - d).Microseconds()), "added-p50-µs")
+		})
+	}
+}
+
+// BenchmarkHostedVsPostgresThroughput runs 64 goroutines (half Get, half
+// Put) on one side for 300 ms, then on the other, alternating which goes
+// first, each iteration, and reports hosted ops/s ÷ direct ops/s:
+//
+//	go test -run '^$' -bench HostedVsPostgresThroughput -benchtime 10x ./kv/hostedkv/
+//
+// Each side uses its default connection pool: pgx's (4 on this machine)
+// for the direct driver, storaged's (DefaultPoolSize) for the service.
+// HOSTEDKV_BENCH_DIRECT_POOL=16 gives the direct side as many.
+func BenchmarkHostedVsPostgresThroughput(b *testing.B) {
+	sides, value := benchSides(b)
+	ctx := b.Context()
+	const clients, window = 64, 300 * time.Millisecond
+	var counts [2]int64
+	var elapsed [2]time.Duration
+	round := 0
+	for b.Loop() {
+		round++
+		for k := range 2 {
+			side := (round + k) % 2 // alternate which side goes first
+			n, d := burst(ctx, sides[side], clients, window, value)
+			counts[side] += n
+			elapsed[side] += d
+		}
+	}
+	rd := float64(counts[0]) / elapsed[0].Seconds()
+	rh := float64(counts[1]) / elapsed[1].Seconds()
+	b.ReportMetric(rd, "direct-ops/s")
+	b.ReportMetric(rh, "hosted-ops/s")
+	b.ReportMetric(rh/rd, "hosted/direct")
+}
+
+// burst runs clients goroutines doing Get and Put (half each) on db for
+// the window and returns how many operations finished and how long it took.
+func burst(ctx context.Context, db *kv.DB, clients int, window time.Duration, value []byte) (int64, time.Duration) {
+	var n atomic.Int64
+	var wg sync.WaitGroup
+	stop := time.Now().Add(window)
+	start := time.Now()
+	for c := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; time.Now().Before(stop); i++ {
+				key := kvtest.BenchKey((c*131 + i) % 1000)
+				var err error
+				if i%2 == 0 {
+					_, err = db.Get(ctx, key)
+				} else {
+					err = db.Put(ctx, key, value)
+				}
+				if err != nil {
+					panic(err)
+				}
+				n.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	return n.Load(), time.Since(start)
+}
+
+func median(d []time.Duration) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	s := slices.Clone(d)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}

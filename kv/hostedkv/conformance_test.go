@@ -1,0 +1,32 @@
+package hostedkv_test
+
+import (
+	"path/filepath"
+	"testing"
+
+	"agentkit/kv"
+	"agentkit/kv/kvtest"
+)
+
+// harness runs every check through one storaged process: a fresh namespace
+// (and credential) per test, and a client with its own connections per
+// Opener call, so the cross-client checks race two independent clients.
+func harness(svc *service) kvtest.Harness {
+	return kvtest.Harness{
+		NewNamespace: func(t testing.TB) kvtest.Opener {
+			ns, token := svc.namespace(t)
+			return func(t testing.TB) *kv.DB { return svc.open(t, ns, token, nil) }
+		},
+		Shared: true,
+	}
+}
+
+func TestConformancePostgres(t *testing.T) {
+	svc := startService(t, pgBackend(t, true))
+	kvtest.Run(t, harness(svc))
+}
+
+func TestConformanceSQLite(t *testing.T) {
+	svc := startService(t, "sqlite:"+filepath.Join(t.TempDir(), "hosted.db")+"?synchronous=normal")
+	kvtest.Run(t, harness(svc))
+}
