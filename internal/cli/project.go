@@ -16,6 +16,7 @@ import (
 	"agentkit/agent"
 	"agentkit/config"
 	"agentkit/kv"
+	"agentkit/kv/hostedkv"
 	"agentkit/memory"
 	"agentkit/model"
 )
@@ -97,6 +98,15 @@ func (p *project) runtimeConfig(ctx context.Context, serving, storage string) (a
 		}
 		rc.Store = db
 		closeStore = func() { db.Close() }
+		// A hosted store (agentkit+http(s)) brings its native eval and A/B
+		// tables and keeps the memory journal across redeploys.
+		if evals, abs, ok := hostedkv.Tables(db); ok {
+			rc.Evals, rc.ABs = evals, abs
+		}
+		if mem, ok := hostedkv.NewMemory(db); ok && !rc.Memory.Off && rc.Memory.Backend == nil {
+			rc.Memory.Backend = mem
+			closeStore = func() { mem.Close(); db.Close() }
+		}
 	}
 	return rc, closeStore, nil
 }

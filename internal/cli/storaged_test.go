@@ -2,6 +2,7 @@ package cli_test
 
 import (
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -78,6 +79,16 @@ func TestServeThroughStoraged(t *testing.T) {
 	if s.Turn.Result != "echo: hello through storaged" {
 		t.Fatalf("the turn answered %q", s.Turn.Result)
 	}
+	// The hosted store brings its native eval and A/B tables.
+	var info struct {
+		Storage struct {
+			Evals, ABs, ABSnapshot string
+		}
+	}
+	call(t, "GET", a.url+"/v1/info", "", "", &info)
+	if info.Storage.Evals != "native" || info.Storage.ABs != "native" || info.Storage.ABSnapshot != "native" {
+		t.Fatalf("through storaged, /v1/info reports evals %q, abs %q, abSnapshot %q; want native tables", info.Storage.Evals, info.Storage.ABs, info.Storage.ABSnapshot)
+	}
 	if code := a.stop(syscall.SIGTERM); code != 0 {
 		t.Fatalf("serve exited %d", code)
 	}
@@ -95,13 +106,20 @@ func TestServeThroughStoraged(t *testing.T) {
 	// root continues the session from what storaged keeps.
 	sd2 := startServing(t, agentkitBin, dir, nil, storagedArgs...)
 	storage2 := "agentkit+http://" + token + "@" + strings.TrimPrefix(sd2.url, "http://") + "/support-prod"
-	b := startServe(t, project, nil, "serve", "--addr", "127.0.0.1:0", "--state-root", t.TempDir(), "--storage", storage2)
+	rootB := t.TempDir()
+	b := startServe(t, project, nil, "serve", "--addr", "127.0.0.1:0", "--state-root", rootB, "--storage", storage2)
 	st, c := continueWith(t, b.url, "", s.ContinuationToken, "and on a new host")
 	if st != http.StatusOK || c.SessionID != s.SessionID || c.Turn.Result != "echo: and on a new host" {
 		t.Fatalf("continue on the new host: %d %+v", st, c)
 	}
 	if list := listSessions(t, b.url, ""); len(list) != 1 || list[0].Turns != 2 {
 		t.Fatalf("the new host lists %+v", list)
+	}
+	// The memory journal followed the deployment: the new host's journal
+	// holds the first host's turn, which its own disk never saw.
+	journal, err := os.ReadFile(filepath.Join(rootB, "memory", "journal.jsonl"))
+	if err != nil || !strings.Contains(string(journal), "hello through storaged") {
+		t.Fatalf("the new host's memory journal lacks the first host's turn (err %v):\n%s", err, journal)
 	}
 	// A wrong token fails at start, naming what to fix.
 	bad := run(t, project, nil, "", "serve", "--addr", "127.0.0.1:0", "--state-root", t.TempDir(),
