@@ -155,6 +155,7 @@ func (s *Server) routes() {
 	s.mux.HandleFunc("GET /v1/sessions/{id}", s.getSession)
 	s.mux.HandleFunc("GET /v1/sessions/{id}/events", s.sessionEvents)
 	s.mux.HandleFunc("DELETE /v1/sessions/{id}", s.deleteSession)
+	s.actorRoutes()
 	s.mux.HandleFunc("POST /v1/reminders", s.createReminder)
 	s.mux.HandleFunc("GET /v1/reminders", s.listReminders)
 	s.mux.HandleFunc("DELETE /v1/reminders/{id}", s.deleteReminder)
