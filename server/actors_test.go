@@ -115,6 +115,8 @@ func TestSessionStateErrors(t *testing.T) {
 		{"an empty patch", "PATCH", id, mergePatch, ``, 400, server.CodeInvalid, []string{"empty"}},
 		{"a state that is not an object", "PUT", id, "application/json", `[1,2]`, 422, server.CodeInvalidState, []string{"JSON object, not an array"}},
 		{"a patch making the state a number", "PATCH", id, mergePatch, `5`, 422, server.CodeInvalidState, []string{"JSON object, not a number"}},
+		{"a state of null", "PUT", id, "application/json", `null`, 422, server.CodeInvalidState, []string{"JSON object, not null"}},
+		{"a patch of null", "PATCH", id, mergePatch, `null`, 422, server.CodeInvalidState, []string{"JSON object, not null"}},
 		{"a patch over the body limit", "PATCH", id, mergePatch, `{"a":"` + strings.Repeat("x", 300) + `"}`, 413, server.CodeTooLarge, nil},
 		{"GET of an unknown session", "GET", "no-such", "", ``, 404, server.CodeSessionNotFound, nil},
 		{"PATCH of an unknown session", "PATCH", "no-such", mergePatch, `{"a":1}`, 404, server.CodeSessionNotFound, nil},
