@@ -86,9 +86,9 @@ type sessionState struct {
 }
 
 // Open starts a runtime: it prepares and locks the state root, opens the
-// local session database and the store, restores recent sessions from the
-// store within the policy's caps, and starts the reminder loop. Close
-// releases everything.
+// local session database, the store and the actors, restores recent
+// sessions from the store within the policy's caps, and starts the reminder
+// loop and the actors' scheduled tasks. Close releases everything.
 //
 // Errors name what to change: a missing agent name or model, a state root
 // in use by another process (stateroot.ErrLocked, naming the folder and the
