@@ -8,6 +8,7 @@ import (
 	"fmt"
 
 	"agentkit/actor"
+	"agentkit/agent/sessiondb"
 	"agentkit/agent/stateroot"
 	"agentkit/model"
 	"agentkit/tool"
@@ -175,31 +176,46 @@ type sessionActor struct {
 
 var _ tool.Actor = (*sessionActor)(nil)
 
-// begin starts a call: the ledger check for state calls, entering the
-// runtime when asked, and the actor's reference.
-func (a *sessionActor) begin(state bool) (*actor.Ref, func(), error) {
+// begin starts a call: the ledger check for state calls, and, outside a
+// turn, entering the runtime and, for a write, holding off session deletes
+// while checking that the session is still here (a delete waits for the
+// write, or the write finds no session). It returns the actor's reference
+// and the call's end.
+func (a *sessionActor) begin(ctx context.Context, state, write bool) (*actor.Ref, func(), error) {
 	if state {
 		if err := a.r.actorStateAllowed(); err != nil {
 			return nil, nil, err
 		}
 	}
-	exit := func() {}
+	end := func() {}
 	if a.enter {
-		var err error
-		if exit, err = a.r.enter(); err != nil {
+		exit, err := a.r.enter()
+		if err != nil {
 			return nil, nil, err
+		}
+		end = exit
+		if write {
+			a.r.actorDel.RLock()
+			end = func() { a.r.actorDel.RUnlock(); exit() }
+			if _, err := a.r.db.Get(ctx, a.id); err != nil {
+				end()
+				if errors.Is(err, sessiondb.ErrNotFound) {
+					return nil, nil, ErrSessionNotFound
+				}
+				return nil, nil, err
+			}
 		}
 	}
 	ref, err := a.r.actors.Ref(SessionClass, a.id)
 	if err != nil {
-		exit()
+		end()
 		return nil, nil, err
 	}
-	return ref, exit, nil
+	return ref, end, nil
 }
 
 func (a *sessionActor) State(ctx context.Context) (json.RawMessage, error) {
-	ref, exit, err := a.begin(true)
+	ref, exit, err := a.begin(ctx, true, false)
 	if err != nil {
 		return nil, err
 	}
@@ -208,7 +224,7 @@ func (a *sessionActor) State(ctx context.Context) (json.RawMessage, error) {
 }
 
 func (a *sessionActor) PatchState(ctx context.Context, patch json.RawMessage) (json.RawMessage, error) {
-	ref, exit, err := a.begin(true)
+	ref, exit, err := a.begin(ctx, true, true)
 	if err != nil {
 		return nil, err
 	}
@@ -217,7 +233,7 @@ func (a *sessionActor) PatchState(ctx context.Context, patch json.RawMessage) (j
 }
 
 func (a *sessionActor) ReplaceState(ctx context.Context, state json.RawMessage) error {
-	ref, exit, err := a.begin(true)
+	ref, exit, err := a.begin(ctx, true, true)
 	if err != nil {
 		return err
 	}
@@ -226,7 +242,7 @@ func (a *sessionActor) ReplaceState(ctx context.Context, state json.RawMessage) 
 }
 
 func (a *sessionActor) Messages(ctx context.Context, after int64, limit int) ([]tool.Record, error) {
-	ref, exit, err := a.begin(false)
+	ref, exit, err := a.begin(ctx, false, false)
 	if err != nil {
 		return nil, err
 	}
@@ -235,7 +251,7 @@ func (a *sessionActor) Messages(ctx context.Context, after int64, limit int) ([]
 }
 
 func (a *sessionActor) Events(ctx context.Context, after int64, limit int) ([]tool.Record, error) {
-	ref, exit, err := a.begin(false)
+	ref, exit, err := a.begin(ctx, false, false)
 	if err != nil {
 		return nil, err
 	}
@@ -248,7 +264,7 @@ func (a *sessionActor) Schedule(ctx context.Context, when tool.When, handler str
 	if err != nil {
 		return "", err
 	}
-	ref, exit, err := a.begin(true)
+	ref, exit, err := a.begin(ctx, true, true)
 	if err != nil {
 		return "", err
 	}
@@ -258,7 +274,7 @@ func (a *sessionActor) Schedule(ctx context.Context, when tool.When, handler str
 }
 
 func (a *sessionActor) CancelSchedule(ctx context.Context, id string) error {
-	ref, exit, err := a.begin(true)
+	ref, exit, err := a.begin(ctx, true, true)
 	if err != nil {
 		return err
 	}
@@ -288,6 +304,15 @@ func toolRecords(recs []actor.Record, err error) ([]tool.Record, error) {
 		out[i] = tool.Record{Seq: rec.Seq, At: rec.At, Type: rec.Type, Data: rec.Data}
 	}
 	return out, nil
+}
+
+// holdActorWrites keeps writes to session actors from outside a turn
+// waiting while a session is removed, so none lands between the removal of
+// its actor and of its rows (a write after it finds no session). It
+// returns the release.
+func (r *Runtime) holdActorWrites() func() {
+	r.actorDel.Lock()
+	return r.actorDel.Unlock
 }
 
 // deleteSessionActor removes a deleted session's actor from this host.

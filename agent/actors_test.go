@@ -444,3 +444,58 @@ func TestLedgerModeRefusesActorState(t *testing.T) {
 		t.Fatalf("state after the refusals: %s, %v", st, err)
 	}
 }
+
+// A write through a session actor obtained before the session was deleted
+// finds no session and leaves no file; writes racing a delete never leave
+// the deleted session's actor behind.
+func TestWritesAfterADeleteLeaveNothing(t *testing.T) {
+	ctx := context.Background()
+	rt := open(t, agent.Config{})
+	res := start(t, rt, "hello")
+	a, err := rt.SessionActor(ctx, res.SessionID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rt.DeleteSession(ctx, res.SessionID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.PatchState(ctx, json.RawMessage(`{"late":true}`)); !errors.Is(err, agent.ErrSessionNotFound) {
+		t.Fatalf("a patch after the delete: %v; want ErrSessionNotFound", err)
+	}
+	if err := a.ReplaceState(ctx, json.RawMessage(`{}`)); !errors.Is(err, agent.ErrSessionNotFound) {
+		t.Fatalf("a replace after the delete: %v; want ErrSessionNotFound", err)
+	}
+	if files := actorFiles(t, rt); len(files) != 0 {
+		t.Fatalf("writes after the delete left %q", files)
+	}
+
+	for round := 0; round < 5; round++ {
+		res := start(t, rt, "hello")
+		a, err := rt.SessionActor(ctx, res.SessionID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan struct{})
+		for i := 0; i < 8; i++ {
+			go func() {
+				defer func() { done <- struct{}{} }()
+				for j := 0; j < 5; j++ {
+					if _, err := a.PatchState(ctx, json.RawMessage(`{"n":1}`)); err != nil && !errors.Is(err, agent.ErrSessionNotFound) {
+						t.Errorf("patch: %v", err)
+					}
+				}
+			}()
+		}
+		if err := rt.DeleteSession(ctx, res.SessionID); err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i < 8; i++ {
+			<-done
+		}
+		for _, f := range actorFiles(t, rt) {
+			if strings.Contains(f, res.SessionID) {
+				t.Fatalf("round %d: writes racing the delete left %s", round, f)
+			}
+		}
+	}
+}

@@ -505,6 +505,10 @@ func (r *Runtime) removeLocal(ctx context.Context, id string) error {
 		return fmt.Errorf("agent: removing the session's records from the memory journal: %w", err)
 	}
 	if r.actors != nil {
+		// Until the rows are gone, no write from outside a turn lands on
+		// the actor (actors.go).
+		unlock := r.holdActorWrites()
+		defer unlock()
 		if err := r.deleteSessionActor(ctx, id); err != nil {
 			return err
 		}
