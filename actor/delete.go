@@ -11,7 +11,9 @@ import (
 
 // Delete removes the actor from this host: its folder (the system database
 // with its state, logs and scheduled tasks, and the author's SQL database),
-// its entry in the schedule index and, for an actor of the legacy class,
+// its entry in the schedule index (zeroed, and checkpointed out of the
+// index's write-ahead log, so no file names the actor) and, for an actor
+// of the legacy class,
 // its records and migration marker in the key-value layout. It waits for
 // the actor's calls in progress to end (or ctx to), and no call opens the
 // actor until Delete returns; afterwards the actor reads as new. Deleting
@@ -51,6 +53,11 @@ func (r *Ref) Delete(ctx context.Context) error {
 		} else if idx != nil {
 			if err := h.indexSet(ctx, r.class, r.id, time.Time{}, false); err != nil {
 				return err
+			}
+			// Out of the write-ahead log too, where the old page still
+			// names the actor.
+			if _, err := idx.db.ExecContext(ctx, "PRAGMA wal_checkpoint(TRUNCATE)"); err != nil {
+				return fmt.Errorf("actor: checkpointing the schedule index: %w", err)
 			}
 		}
 		if r.legacy() {

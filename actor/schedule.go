@@ -276,7 +276,9 @@ func (h *Host) openIndex(ctx context.Context, create bool) (*index, error) {
 			return nil, err
 		}
 	}
-	db, err := sql.Open("sqlite", dsn(path, "rw", "WAL", h.sync, true))
+	// secure_delete: the entry of a deleted actor, which names it, is
+	// zeroed rather than left in a free page.
+	db, err := sql.Open("sqlite", dsn(path, "rw", "WAL", h.sync, true, "secure_delete(ON)"))
 	if err != nil {
 		return nil, fmt.Errorf("actor: opening %s: %w", path, err)
 	}

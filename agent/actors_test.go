@@ -1,6 +1,7 @@
 package agent_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -249,9 +250,16 @@ func TestDeleteSessionRemovesItsActor(t *testing.T) {
 	if err := rt.DeleteSession(ctx, res.SessionID); err != nil {
 		t.Fatal(err)
 	}
+	if b, err := os.ReadFile(filepath.Join(rt.StateRoot(), "actors", "schedules.db")); err != nil || !bytes.Contains(b, []byte(keep.SessionID)) {
+		t.Fatalf("the schedule index does not name the kept session (%v): the search below would find nothing anyway", err)
+	}
 	for _, f := range actorFiles(t, rt) {
 		if strings.Contains(f, res.SessionID) {
 			t.Fatalf("after the delete, actors/ still holds %s", f)
+		}
+		// Nor does any file name it (the schedule index, its log).
+		if b, err := os.ReadFile(filepath.Join(rt.StateRoot(), "actors", f)); err == nil && bytes.Contains(b, []byte(res.SessionID)) {
+			t.Fatalf("after the delete, actors/%s holds the session id", f)
 		}
 	}
 	ref, _ := rt.Actors().Ref(agent.SessionClass, res.SessionID)
