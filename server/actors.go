@@ -58,6 +58,9 @@ func (s *Server) patchState(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	body, err := s.readRawBody(w, r, "a merge patch")
+	if err == nil {
+		err = checkJSONText(body, "patch")
+	}
 	if err != nil {
 		s.actorFail(w, r, err)
 		return
@@ -81,6 +84,10 @@ func (s *Server) putState(w http.ResponseWriter, r *http.Request) {
 	}
 	body, err := s.readRawBody(w, r, "the new state")
 	if err != nil {
+		s.actorFail(w, r, err)
+		return
+	}
+	if err := checkJSONText(body, "state"); err != nil {
 		s.actorFail(w, r, err)
 		return
 	}
@@ -179,6 +186,16 @@ func (s *Server) readRawBody(w http.ResponseWriter, r *http.Request, what string
 		return nil, badBody("the request body is empty; send %s", what)
 	}
 	return data, nil
+}
+
+// checkJSONText refuses a body that is not one JSON text (naming the line
+// and column) or holds a lone UTF-16 surrogate escape, as the other routes'
+// bodies are refused (strictjson.go).
+func checkJSONText(body []byte, doc string) error {
+	if err := mergepatch.Validate(body, doc); err != nil {
+		return err
+	}
+	return checkSurrogates(body)
 }
 
 // writeRawJSON answers with a JSON value already encoded.

@@ -111,6 +111,8 @@ func TestSessionStateErrors(t *testing.T) {
 		{"a patch that is not JSON", "PATCH", id, mergePatch, "{\n  \"a\": ix}", 400, server.CodeInvalidJSON, []string{"patch", "line 2, column 8"}},
 		{"a patch with a key twice", "PATCH", id, mergePatch, `{"a":1,"a":2}`, 400, server.CodeInvalidJSON, []string{"patch", "line 1"}},
 		{"a patch that is not UTF-8", "PATCH", id, mergePatch, "{\"a\":\"\xff\"}", 400, server.CodeInvalidJSON, []string{"patch", "UTF-8"}},
+		{"a patch with a lone surrogate", "PATCH", id, mergePatch, `{"a":"\ud800"}`, 400, server.CodeInvalid, []string{"surrogate"}},
+		{"a state with a lone surrogate", "PUT", id, "application/json", `{"a":"\udc00x"}`, 400, server.CodeInvalid, []string{"surrogate"}},
 		{"a state that is not JSON", "PUT", id, "application/json", `{"a":`, 400, server.CodeInvalidJSON, []string{"state", "line 1"}},
 		{"an empty patch", "PATCH", id, mergePatch, ``, 400, server.CodeInvalid, []string{"empty"}},
 		{"a state that is not an object", "PUT", id, "application/json", `[1,2]`, 422, server.CodeInvalidState, []string{"JSON object, not an array"}},
