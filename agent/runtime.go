@@ -56,7 +56,7 @@ type Runtime struct {
 
 	reminders *reminders
 	ab        *abtest.Recorder
-	actors    *actor.Host // the actors, session actors among them (actors.go)
+	actors    *actor.Host  // the actors, session actors among them (actors.go)
 	actorDel  sync.RWMutex // orders session actor writes against session deletes (actors.go)
 
 	claims keyClaims // Idempotency-Keys of running requests
