@@ -507,3 +507,68 @@ func TestWritesAfterADeleteLeaveNothing(t *testing.T) {
 		}
 	}
 }
+
+// A tool schedules a task on its session's actor; the handler registered
+// in Agent.DefineActors runs it with the session's actor. A When that
+// names two times is refused.
+func TestSessionActorTaskRunsItsHandler(t *testing.T) {
+	ctx := context.Background()
+	fired := make(chan string, 1)
+	var ids []string
+	later := tool.Tool{
+		Spec: model.ToolSpec{Name: "later", Parameters: json.RawMessage(`{"type":"object"}`)},
+		Run: func(ctx context.Context, env *tool.Env, args json.RawMessage) (string, error) {
+			if _, err := env.Actor.Schedule(ctx, tool.When{At: time.Now(), Cron: "@hourly"}, "follow-up", nil); err == nil || !strings.Contains(err.Error(), "more than one") {
+				return "", errors.New("a When with two times was accepted")
+			}
+			cron, err := env.Actor.Schedule(ctx, tool.When{Cron: "@daily"}, "follow-up", json.RawMessage(`{"n":2}`))
+			if err != nil {
+				return "", err
+			}
+			ids = append(ids, cron)
+			id, err := env.Actor.Schedule(ctx, tool.When{}, "follow-up", args)
+			return id, err
+		},
+	}
+	rt := open(t, agent.Config{Agent: agent.Agent{
+		Tools: []tool.Tool{later},
+		Model: echoModel(t, model.EchoStep{Tool: "later", Args: map[string]any{"followedUp": true}}, model.EchoStep{Text: "{{.LastToolResult}}"}),
+		DefineActors: func(h *actor.Host) error {
+			h.Handle("follow-up", func(ctx context.Context, r *actor.Ref, task actor.Task) error {
+				if _, err := r.PatchStateJSON(ctx, task.Payload); err != nil {
+					return err
+				}
+				fired <- r.Class() + "/" + r.ID()
+				return nil
+			})
+			return nil
+		},
+	}})
+	res := start(t, rt, "remind me")
+	if res.Turn.Status != agent.StatusCompleted || !strings.HasPrefix(res.Turn.Result, "task_") {
+		t.Fatalf("turn %s %q; want the task's id", res.Turn.Status, res.Turn.Result)
+	}
+	select {
+	case who := <-fired:
+		if who != agent.SessionClass+"/"+res.SessionID {
+			t.Fatalf("the handler ran for %s", who)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the session actor's task did not run")
+	}
+	a, _ := rt.SessionActor(ctx, res.SessionID)
+	if st, err := a.State(ctx); err != nil || string(st) != `{"followedUp":true}` {
+		t.Fatalf("state after the task: %s, %v", st, err)
+	}
+	ref, _ := rt.Actors().Ref(agent.SessionClass, res.SessionID)
+	ts, err := ref.Schedules(ctx)
+	if err != nil || len(ts) != 1 || ts[0].ID != ids[0] || ts[0].Kind != actor.KindCron {
+		t.Fatalf("tasks after the run: %+v, %v; want the cron task only", ts, err)
+	}
+	if err := a.CancelSchedule(ctx, ids[0]); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.CancelSchedule(ctx, ids[0]); !errors.Is(err, actor.ErrNotFound) {
+		t.Fatalf("cancelling twice: %v", err)
+	}
+}
