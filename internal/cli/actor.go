@@ -163,7 +163,7 @@ func localActor(ctx context.Context, f actorFlags, id string, patch []byte) ([]b
 	if !found {
 		return nil, fmt.Errorf("no session %s in state root %s (a session's actor lives on the host that serves it; for a session this host has not loaded, go through the server with --url)", id, root)
 	}
-	store, err := actorStore(ctx, storage, root)
+	store, err := actorStore(ctx, storage, root, patch == nil)
 	if err != nil {
 		return nil, err
 	}
@@ -198,8 +198,9 @@ func localActor(ctx context.Context, f actorFlags, id string, patch []byte) ([]b
 // actorStore opens the agent's store, which holds the actors of earlier
 // builds' key-value layout: --storage or the project's, else the state
 // root's embedded store when it exists. A store that cannot read, list and
-// delete holds no such layout (nil), as for the runtime.
-func actorStore(ctx context.Context, storage, root string) (*kv.DB, error) {
+// delete holds no such layout (nil), as for the runtime. get opens it
+// read-only.
+func actorStore(ctx context.Context, storage, root string, readOnly bool) (*kv.DB, error) {
 	if storage == "" {
 		path := filepath.Join(root, stateroot.KVDir, stateroot.KVFile)
 		if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
@@ -207,11 +208,14 @@ func actorStore(ctx context.Context, storage, root string) (*kv.DB, error) {
 		}
 		storage = stateroot.DefaultStoreURL(root)
 	}
-	db, err := kv.Open(ctx, storage)
-	if err != nil {
-		if strings.Contains(err.Error(), "no driver for") {
-			return nil, usagef("--storage: %v", err)
-		}
+	db, err := kv.OpenWith(ctx, storage, kv.OpenOptions{ReadOnly: readOnly})
+	var nd *kv.NoDriverError
+	switch {
+	case errors.As(err, &nd):
+		return nil, usagef("--storage: no driver for %q URLs; the schemes are %s", nd.Scheme, strings.Join(nd.Schemes, ", "))
+	case errors.Is(err, kv.ErrInvalidURL):
+		return nil, usagef("--storage: %v", err)
+	case err != nil:
 		return nil, fmt.Errorf("opening the store: %w", err)
 	}
 	if c := db.Capabilities(); !c.Get || !c.List || !c.Delete {

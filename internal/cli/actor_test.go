@@ -1,13 +1,17 @@
 package cli_test
 
 import (
+	"encoding/json"
 	"io"
 	"net/http"
 	"net/url"
+	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
+
+	"agentkit/keys"
 )
 
 // agentkit actor get|patch through a running server's HTTP API and on the
@@ -97,5 +101,47 @@ func TestActorCommandUsage(t *testing.T) {
 		if r.code != 2 || !strings.Contains(r.stderr, c.want) || strings.Count(strings.TrimSpace(r.stderr), "\n") != 0 {
 			t.Errorf("agentkit %v: exit %d, stderr %q; want exit 2 and one line saying %q", c.args, r.code, r.stderr, c.want)
 		}
+	}
+}
+
+// agentkit actor reads a session's actor still in the key-value layout of
+// earlier builds from the agent's store without changing it, and its patch
+// migrates it as the state root's host.
+func TestActorCommandMigratesTheKeyValueLayout(t *testing.T) {
+	dir := writeProject(t, "name: legacy\n")
+	p := startServe(t, dir, nil, "serve", "--addr", "127.0.0.1:0")
+	id := start(t, p.url, "", "hello").SessionID
+	if code := p.stop(syscall.SIGTERM); code != 0 {
+		t.Fatalf("serve exited %d", code)
+	}
+	scope, _ := keys.Agent("legacy")
+	prefix, _ := scope.Actor(id)
+	if r := run(t, dir, nil, `{"status":"from kv"}`, "kv", "put", prefix+"state"); r.code != 0 {
+		t.Fatalf("kv put: %d %s", r.code, r.stderr)
+	}
+	if r := run(t, dir, nil, "", "actor", "get", id); r.code != 0 || r.stdout != `{"status":"from kv"}`+"\n" {
+		t.Fatalf("get of a key-value actor: %d %q %q", r.code, r.stdout, r.stderr)
+	}
+	if r := run(t, dir, nil, "", "kv", "get", prefix+"state"); r.code != 0 {
+		t.Fatalf("the get changed the key-value layout: %d %s", r.code, r.stderr)
+	}
+	if r := run(t, dir, nil, "", "actor", "patch", id, `{"n":1}`); r.code != 0 || r.stdout != `{"status":"from kv","n":1}`+"\n" {
+		t.Fatalf("patch of a key-value actor: %d %q %q", r.code, r.stdout, r.stderr)
+	}
+	if r := run(t, dir, nil, "", "kv", "get", prefix+"state"); r.code != 1 {
+		t.Fatalf("the migrated state is still in the store: %d %q", r.code, r.stdout)
+	}
+	hostID, err := os.ReadFile(filepath.Join(dir, ".agentkit", "HOST_ID"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := run(t, dir, nil, "", "kv", "get", prefix+"migrated")
+	var m struct{ Host, State string }
+	if err := json.Unmarshal([]byte(r.stdout), &m); err != nil || m.Host != strings.TrimSpace(string(hostID)) || m.State != "migrated" {
+		t.Fatalf("the marker %q (%v); want state migrated naming host %s", r.stdout, err, hostID)
+	}
+	p = startServe(t, dir, nil, "serve", "--addr", "127.0.0.1:0")
+	if r := run(t, dir, nil, "", "actor", "get", "--url", p.url, id); r.code != 0 || r.stdout != `{"status":"from kv","n":1}`+"\n" {
+		t.Fatalf("the server's view after the migration: %d %q %q", r.code, r.stdout, r.stderr)
 	}
 }
