@@ -177,6 +177,20 @@ func TestPatchThatDoesNotFitTheTypeIsRefused(t *testing.T) {
 	}
 }
 
+// TestRefusedFirstPatchCreatesNothing: a patch whose result the type
+// cannot hold, sent to an actor that has no database yet, leaves no file.
+func TestRefusedFirstPatchCreatesNothing(t *testing.T) {
+	ctx := context.Background()
+	h := openHost(t, Options{})
+	a := actorOf(t, defineStatus(t, h), "new")
+	if _, err := a.SetState(ctx, []byte(`{"at":"soon"}`)); !errors.Is(err, ErrInvalidState) {
+		t.Fatalf("SetState of a mistyped first patch = %v; want ErrInvalidState", err)
+	}
+	if fs := files(t, h.Dir()); fs != nil {
+		t.Errorf("a refused first patch created files: %v", fs)
+	}
+}
+
 // TestUnknownKeysSurvive: the stored JSON is the state; keys the Go type
 // does not know are kept through later patches.
 func TestUnknownKeysSurvive(t *testing.T) {

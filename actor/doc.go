@@ -40,7 +40,8 @@
 // actor that was never written gives its initial state and empty logs and
 // costs no file. The system database records its format (Format); a build
 // that finds a newer one refuses it with ErrNewerFormat and an error that
-// says to upgrade.
+// says to upgrade. Ref.Delete removes an actor: its folder, its schedule
+// index entry and its key-value records.
 //
 // Messages and events are append-only logs (Log) keyed by a sequence
 // number: an append, the last N records and a page after a cursor are each

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"agentkit/keys"
@@ -46,6 +47,9 @@ var (
 	// ErrMigrated means the actor's key-value records were migrated into a
 	// database this host does not have. The error is a *MigratedError.
 	ErrMigrated = errors.New("actor: migrated to another database")
+	// ErrReadOnly means a log cannot be appended to: a HistorySource's
+	// view of records that something else writes.
+	ErrReadOnly = errors.New("actor: read-only log")
 )
 
 // Options configure Open. Dir is required.
@@ -109,6 +113,8 @@ type Host struct {
 	scope keys.Scope // with a Store
 	log   *slog.Logger
 	wake  chan struct{}
+	// scanned is set once ScanLegacyTasks has succeeded.
+	scanned atomic.Bool
 
 	mu       sync.Mutex
 	classes  map[string]*classInfo

@@ -217,3 +217,49 @@ func (p *pool) close() error {
 	}
 	return errors.Join(errs...)
 }
+
+// errRemoved marks the placeholder entry of an actor being removed; the
+// callers that waited for it open the actor again.
+var errRemoved = errors.New("actor: removed")
+
+// remove closes key's database once no caller uses it, then runs fn while
+// holding key's place, so no caller opens the database until fn has
+// returned. Callers waiting meanwhile open it afresh afterwards.
+func (p *pool) remove(ctx context.Context, key string, fn func() error) error {
+	for {
+		p.mu.Lock()
+		if p.closed {
+			p.mu.Unlock()
+			return ErrClosed
+		}
+		if e, ok := p.entries[key]; ok {
+			if e.refs == 0 && e.elem != nil {
+				p.lru.Remove(e.elem)
+				e.elem = nil
+				delete(p.entries, key)
+				p.mu.Unlock()
+				e.db.Close()
+				continue
+			}
+			ch := p.freed // in use: wait for a release
+			p.mu.Unlock()
+			select {
+			case <-ch:
+				continue
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		e := &entry{key: key, refs: 1, ready: make(chan struct{})}
+		p.entries[key] = e
+		p.mu.Unlock()
+		err := fn()
+		p.mu.Lock()
+		delete(p.entries, key)
+		e.err = errRemoved
+		close(e.ready)
+		p.signal()
+		p.mu.Unlock()
+		return err
+	}
+}

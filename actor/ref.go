@@ -225,6 +225,21 @@ func (r *Ref) PatchStateJSON(ctx context.Context, patch []byte) ([]byte, error) 
 	if err := mergepatch.Validate(patch, "patch"); err != nil {
 		return nil, fmt.Errorf("actor: %w", err)
 	}
+	if !r.HasDatabase() {
+		// A first write creates the database: check the result first, so
+		// a refused patch leaves no file behind.
+		cur, err := r.StateJSON(ctx)
+		if err != nil {
+			return nil, err
+		}
+		next, err := mergepatch.Apply(cur, patch)
+		if err != nil {
+			return nil, fmt.Errorf("%w: the stored state: %w", ErrInvalidState, err)
+		}
+		if err := c.check(next); err != nil {
+			return nil, err
+		}
+	}
 	var out []byte
 	err = r.write(ctx, func(tx *sql.Tx) error {
 		cur, err := loadState(ctx, tx)

@@ -276,7 +276,9 @@ func (h *Host) openIndex(ctx context.Context, create bool) (*index, error) {
 			return nil, err
 		}
 	}
-	db, err := sql.Open("sqlite", dsn(path, "rw", "WAL", h.sync, true))
+	// secure_delete: the entry of a deleted actor, which names it, is
+	// zeroed rather than left in a free page.
+	db, err := sql.Open("sqlite", dsn(path, "rw", "WAL", h.sync, true, "secure_delete(ON)"))
 	if err != nil {
 		return nil, fmt.Errorf("actor: opening %s: %w", path, err)
 	}
@@ -383,10 +385,8 @@ const storeRetry = 10 * time.Second
 // key-value layout; running one migrates its actor. Call Run once per
 // Host.
 func (h *Host) Run(ctx context.Context) error {
-	if h.opts.Store != nil {
-		if err := h.scanLegacyTasks(ctx); err != nil {
-			h.log.Error("actor: finding scheduled tasks in the key-value layout", "err", err)
-		}
+	if err := h.ScanLegacyTasks(ctx); err != nil {
+		h.log.Error("actor: finding scheduled tasks in the key-value layout", "err", err)
 	}
 	sem := make(chan struct{}, h.opts.MaxConcurrent)
 	done := make(chan string)
@@ -591,6 +591,23 @@ func (h *Host) call(ctx context.Context, r *Ref, t Task) (err error) {
 		}
 	}()
 	return fn(ctx, r, t)
+}
+
+// ScanLegacyTasks finds the scheduled tasks of the actors still in the
+// key-value layout (one listing of the store) and puts them in the schedule
+// index, so they run on time; running one migrates its actor. Run calls it
+// when it starts, unless a call has already succeeded: a program that wants
+// the listing done (or its error) before it goes on calls it first. Without
+// Options.Store it does nothing.
+func (h *Host) ScanLegacyTasks(ctx context.Context) error {
+	if h.opts.Store == nil || h.scanned.Load() {
+		return nil
+	}
+	if err := h.scanLegacyTasks(ctx); err != nil {
+		return err
+	}
+	h.scanned.Store(true)
+	return nil
 }
 
 // scanLegacyTasks puts in the index the tasks of actors that are still in

@@ -88,10 +88,11 @@ type dbMeta struct {
 // dsn builds the database/sql name of a SQLite file. mode is "rw" (the
 // file must exist) or "rwc"; immediate makes BEGIN take the write lock at
 // once, so a read-modify-write transaction never fails half-way on a lock.
-func dsn(path, mode, journal, sync string, immediate bool) string {
+// pragmas are more pragmas, such as "secure_delete(ON)".
+func dsn(path, mode, journal, sync string, immediate bool, pragmas ...string) string {
 	q := url.Values{}
 	q.Set("mode", mode)
-	for _, p := range []string{"busy_timeout(10000)", "journal_mode(" + journal + ")", "synchronous(" + sync + ")", "cache_size(-512)"} {
+	for _, p := range append([]string{"busy_timeout(10000)", "journal_mode(" + journal + ")", "synchronous(" + sync + ")", "cache_size(-512)"}, pragmas...) {
 		q.Add("_pragma", p)
 	}
 	if immediate {

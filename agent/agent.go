@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"agentkit/abtest"
+	"agentkit/actor"
 	"agentkit/model"
 	"agentkit/tool"
 )
@@ -27,6 +28,11 @@ type Agent struct {
 	Tools []tool.Tool
 	// Hooks run at points of a session's life.
 	Hooks Hooks
+	// DefineActors, when set, defines the agent's own actor classes and
+	// registers its scheduled-task handlers on the runtime's actor host
+	// (Runtime.Actors) during Open, before any task runs, so a task that
+	// came due while the agent was down finds its handler.
+	DefineActors func(h *actor.Host) error
 	// MaxSteps caps the model calls of one turn; a turn that reaches it
 	// without a final answer fails. Zero means DefaultMaxSteps.
 	MaxSteps int

@@ -1,6 +1,6 @@
 // Package agent is agentkit's runtime: agents defined in Go, the turn loop
-// that runs them, and the sessions, continuation tokens, reminders, host KV
-// and host files that outlive a process.
+// that runs them, and the sessions, continuation tokens, reminders, session
+// actors, host KV and host files that outlive a process.
 //
 // Define an agent and open a runtime on a state root:
 //
@@ -28,6 +28,14 @@
 // they land (mirror.go). At start-up the runtime restores recent sessions
 // from the store within the policy's caps (restore.go). docs/runtime.md
 // describes how a turn runs, how sessions persist, and the policy knobs.
+//
+// Every session is an actor (package actor) of class SessionClass: a JSON
+// object state that tools change through tool.Env.Actor and programs
+// through SessionActor, scheduled tasks, and messages and events that are
+// views of the session's events. Runtime.Actors is the host of those
+// actors and of classes of the agent's own (Agent.DefineActors); their
+// databases are created by a first write and stay on this host
+// (actors.go).
 //
 // The HTTP server (package server) and the agentkit command run agents
 // through this package only: a config-defined agent (package config) and a

@@ -190,7 +190,7 @@ func TestRestoreOffLoadsOnDemand(t *testing.T) {
 	if got := localIDs(t, rt); len(got) != 0 {
 		t.Errorf("restore off loaded %q", got)
 	}
-	if n := c.lists.Load(); n != 1 { // the reminders' hydration only
+	if n := c.lists.Load(); n != 2 { // the reminders' hydration and the actors' scheduled tasks only
 		t.Errorf("restore off listed the store %d times", n)
 	}
 	// On demand: GetSession loads the session.

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"agentkit/abtest"
+	"agentkit/actor"
 	"agentkit/agent/sessiondb"
 	"agentkit/agent/stateroot"
 	"agentkit/kv"
@@ -55,6 +56,8 @@ type Runtime struct {
 
 	reminders *reminders
 	ab        *abtest.Recorder
+	actors    *actor.Host  // the actors, session actors among them (actors.go)
+	actorDel  sync.RWMutex // orders session actor writes against session deletes (actors.go)
 
 	claims keyClaims // Idempotency-Keys of running requests
 
@@ -84,9 +87,9 @@ type sessionState struct {
 }
 
 // Open starts a runtime: it prepares and locks the state root, opens the
-// local session database and the store, restores recent sessions from the
-// store within the policy's caps, and starts the reminder loop. Close
-// releases everything.
+// local session database, the store and the actors, restores recent
+// sessions from the store within the policy's caps, and starts the reminder
+// loop and the actors' scheduled tasks. Close releases everything.
 //
 // Errors name what to change: a missing agent name or model, a state root
 // in use by another process (stateroot.ErrLocked, naming the folder and the
@@ -158,6 +161,9 @@ func Open(ctx context.Context, cfg Config) (*Runtime, error) {
 		}
 		return nil, errors.New("agent: serving mode ledger is not available in this build yet; use serving: local")
 	}
+	if err := r.openActors(); err != nil {
+		return nil, err
+	}
 	if r.mem, err = memory.NewHook(memory.Info{StateRoot: r.root.Dir(), AgentName: cfg.Agent.Name}, &memory.Options{
 		Off:           cfg.Memory.Off,
 		MaxTextLength: cfg.Memory.MaxTextLength,
@@ -183,6 +189,7 @@ func Open(ctx context.Context, cfg Config) (*Runtime, error) {
 		return nil, err
 	}
 	r.reminders.start(r)
+	r.startActors(ctx)
 	r.mirror.start(r.bg)
 	ok = true
 	return r, nil
@@ -266,10 +273,11 @@ func (r *Runtime) HostKV() tool.HostKV { return r.hostKV }
 // StateRoot returns the state root's absolute path.
 func (r *Runtime) StateRoot() string { return r.root.Dir() }
 
-// Close stops the reminder loop and the mirror's background retry, waits
-// for running turns to finish (each commits its events to the store as it
-// ends; what the store refused is committed at the next Open), and
-// releases the state root, the session database and the default store.
+// Close stops the reminder loop, the actor scheduler and the mirror's
+// background retry, waits for running turns to finish (each commits its
+// events to the store as it ends; what the store refused is committed at
+// the next Open), and releases the actors, the state root, the session
+// database and the default store.
 // Calls after the first return nil.
 func (r *Runtime) Close() error {
 	r.opMu.Lock()
@@ -303,6 +311,9 @@ func (r *Runtime) release() error {
 	}
 	if r.ownStore != nil {
 		errs = append(errs, r.ownStore.Close())
+	}
+	if r.actors != nil {
+		errs = append(errs, r.actors.Close())
 	}
 	if r.files != nil {
 		errs = append(errs, r.files.Close())

@@ -491,9 +491,10 @@ func (r *Runtime) DeleteSession(ctx context.Context, id string) error {
 }
 
 // removeLocal removes a session from this host: its reminders, its records
-// in the memory journal, its rows in the local database (events, token,
-// mirror state, forks, idempotency keys), its workspace and its
-// subscriptions, then checkpoints the SQLite write-ahead logs.
+// in the memory journal, its actor (actors.go), its rows in the local
+// database (events, token, mirror state, forks, idempotency keys), its
+// workspace and its subscriptions, then checkpoints the SQLite write-ahead
+// logs.
 func (r *Runtime) removeLocal(ctx context.Context, id string) error {
 	if r.reminders != nil {
 		if err := r.reminders.deleteSession(ctx, id); err != nil {
@@ -502,6 +503,15 @@ func (r *Runtime) removeLocal(ctx context.Context, id string) error {
 	}
 	if err := r.mem.PurgeSession(ctx, id); err != nil {
 		return fmt.Errorf("agent: removing the session's records from the memory journal: %w", err)
+	}
+	if r.actors != nil {
+		// Until the rows are gone, no write from outside a turn lands on
+		// the actor (actors.go).
+		unlock := r.holdActorWrites()
+		defer unlock()
+		if err := r.deleteSessionActor(ctx, id); err != nil {
+			return err
+		}
 	}
 	if err := r.db.Delete(ctx, id); err != nil {
 		return err

@@ -123,6 +123,7 @@ func (r *Runtime) runTurn(ctx context.Context, req turnRequest) (TurnResult, err
 		KV:        r.hostKV,
 		Files:     r.files,
 		Reminders: r.reminders.forSession(m.ID),
+		Actor:     r.toolActor(m.ID),
 		Logger:    r.logger(m.ID),
 	}
 	status, result, usage, loopErr := t.loop(abtest.WithOptions(ctx, vs.options), env, msgs)

@@ -1,6 +1,7 @@
-// Package server is agentkit's HTTP API: the session, event, reminder and
-// info routes of an agent runtime (package agent), health and Prometheus
-// metrics, bearer-token auth and request logging, on net/http alone.
+// Package server is agentkit's HTTP API: the session, event, session
+// state, reminder and info routes of an agent runtime (package agent),
+// health and Prometheus metrics, bearer-token auth and request logging, on
+// net/http alone.
 //
 // A program that defines its agent in Go serves it with Serve:
 //
@@ -17,9 +18,12 @@
 // Every error is JSON, {"error": {"code": "...", "message": "..."}}: 400
 // bad input (the message names the field), 401 a missing or wrong bearer
 // token, 404 an unknown route, session, token or reminder, 405 a method a
-// route does not take, 409 a session busy past the request's deadline, 413
-// a body over the limit, 503 the store unavailable or the server shutting
-// down. docs/http-api.md lists the routes.
+// route does not take, 409 a session busy past the request's deadline (or
+// a session's actor state held by another host, or refused in serving mode
+// ledger), 413 a body over the limit, 415 a state write without its media
+// type, 422 a session state that is not a JSON object, 503 the store
+// unavailable or the server shutting down. docs/http-api.md lists the
+// routes.
 //
 // The package imports no store driver: programs blank-import the drivers
 // they open by URL.
@@ -155,6 +159,7 @@ func (s *Server) routes() {
 	s.mux.HandleFunc("GET /v1/sessions/{id}", s.getSession)
 	s.mux.HandleFunc("GET /v1/sessions/{id}/events", s.sessionEvents)
 	s.mux.HandleFunc("DELETE /v1/sessions/{id}", s.deleteSession)
+	s.actorRoutes()
 	s.mux.HandleFunc("POST /v1/reminders", s.createReminder)
 	s.mux.HandleFunc("GET /v1/reminders", s.listReminders)
 	s.mux.HandleFunc("DELETE /v1/reminders/{id}", s.deleteReminder)

@@ -1,6 +1,7 @@
 // Package tool defines what a tool is to agentkit's turn loop, and the
 // environment every tool and Go handler receives: the session, its
-// workspace, host KV, host files, reminders and a logger.
+// workspace, host KV, host files, reminders, the session's actor and a
+// logger.
 //
 // It sits below the runtime (package agent) and the built-in tools (package
 // workspace) so both can use it without importing each other.
@@ -44,6 +45,9 @@ type Env struct {
 	Files *os.Root
 	// Reminders schedules follow-up turns in this session.
 	Reminders Scheduler
+	// Actor is the session's actor: its durable JSON state, messages,
+	// events and scheduled tasks.
+	Actor Actor
 	// Logger is the turn's logger, carrying the session id.
 	Logger *slog.Logger
 }
