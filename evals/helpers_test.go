@@ -77,7 +77,7 @@ func manager(t *testing.T, opts evals.Options) *evals.Manager {
 		opts.Table = memTable(t)
 	}
 	if opts.Host.ID == "" {
-		opts.Host = evals.Host{ID: "test-host", Name: "test-machine", StateRoot: "/state/test", PID: 1}
+		opts.Host = evals.Host{ID: "test-host", Name: "test-machine", PID: 1}
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)

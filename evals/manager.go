@@ -112,7 +112,7 @@ func ForRuntime(rt *agent.Runtime, opts Options) (*Manager, error) {
 	hostname, _ := os.Hostname()
 	opts.Sessions = rt
 	opts.Table = as.Evals()
-	opts.Host = Host{ID: rt.HostID(), Name: hostname, StateRoot: rt.StateRoot(), PID: os.Getpid()}
+	opts.Host = Host{ID: rt.HostID(), Name: hostname, PID: os.Getpid()}
 	opts.Agent, opts.Model = info.Agent, info.Model
 	return NewManager(opts)
 }
@@ -702,7 +702,7 @@ func (m *Manager) stale(r Run) bool {
 func (m *Manager) orphaned(r Run) bool {
 	h := m.opts.Host
 	return r.Status == StatusRunning && !m.mine(r) &&
-		h.StateRoot != "" && r.Host.StateRoot == h.StateRoot && r.Host.Name == h.Name
+		h.ID != "" && r.Host.ID == h.ID && r.Host.Name == h.Name
 }
 
 // interrupt marks r interrupted in the store, unless the stored snapshot
@@ -757,7 +757,7 @@ func (m *Manager) Recover(ctx context.Context) ([]Run, error) {
 	for i, r := range runs {
 		switch {
 		case m.orphaned(r):
-			runs[i] = m.interrupt(ctx, r, fmt.Sprintf("its process (pid %d) stopped while it ran; found by the next process on the state root %s", r.Host.PID, r.Host.StateRoot))
+			runs[i] = m.interrupt(ctx, r, fmt.Sprintf("its process (pid %d) stopped while it ran; found by the next process on its state root (host id %s)", r.Host.PID, r.Host.ID))
 		case m.stale(r):
 			runs[i] = m.interrupt(ctx, r, fmt.Sprintf("its host %s (%s, pid %d) stopped sending heartbeats after %s",
 				r.Host.ID, r.Host.Name, r.Host.PID, r.HeartbeatAt.Format(time.RFC3339)))

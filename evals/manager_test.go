@@ -256,7 +256,7 @@ func TestRecoverMarksDeadOwnersRunsInterruptedAndLeavesLiveOnes(t *testing.T) {
 			tbl := tb.open(t)
 			clock := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 			now := func() time.Time { return clock }
-			me := evals.Host{ID: "me-2", Name: "box", StateRoot: "/srv/agent/.agentkit", PID: 200}
+			me := evals.Host{ID: "root-1", Name: "box", PID: 200}
 			put := func(r evals.Run) {
 				r.V = 1
 				r.Cases = []evals.CaseResult{{Name: "a", Status: evals.CasePassed}, {Name: "b", Status: evals.CaseRunning}}
@@ -266,11 +266,15 @@ func TestRecoverMarksDeadOwnersRunsInterruptedAndLeavesLiveOnes(t *testing.T) {
 				}
 			}
 			// My state root's earlier process died mid-run a second ago.
-			put(evals.Run{ID: "r1", Status: evals.StatusRunning, Host: evals.Host{ID: "me-1", Name: "box", StateRoot: me.StateRoot, PID: 100}, StartedAt: clock.Add(-time.Minute), HeartbeatAt: clock.Add(-time.Second)})
+			put(evals.Run{ID: "r1", Status: evals.StatusRunning, Host: evals.Host{ID: me.ID, Name: "box", PID: 100}, StartedAt: clock.Add(-time.Minute), HeartbeatAt: clock.Add(-time.Second)})
 			// Another host, silent for an hour.
-			put(evals.Run{ID: "r2", Status: evals.StatusRunning, Host: evals.Host{ID: "h2", Name: "other", StateRoot: "/x"}, StartedAt: clock.Add(-2 * time.Hour), HeartbeatAt: clock.Add(-time.Hour)})
-			// Another host, heartbeat five seconds ago: alive.
-			put(evals.Run{ID: "r3", Status: evals.StatusRunning, Host: evals.Host{ID: "h3", Name: "third", StateRoot: me.StateRoot}, StartedAt: clock.Add(-time.Minute), HeartbeatAt: clock.Add(-5 * time.Second)})
+			put(evals.Run{ID: "r2", Status: evals.StatusRunning, Host: evals.Host{ID: "h2", Name: "other"}, StartedAt: clock.Add(-2 * time.Hour), HeartbeatAt: clock.Add(-time.Hour)})
+			// Another machine with a copy of this state root (same host id),
+			// heartbeat five seconds ago: alive.
+			put(evals.Run{ID: "r3", Status: evals.StatusRunning, Host: evals.Host{ID: me.ID, Name: "third"}, StartedAt: clock.Add(-time.Minute), HeartbeatAt: clock.Add(-5 * time.Second)})
+			// Another state root on this machine, heartbeat five seconds ago:
+			// alive, though the machine's name is the same.
+			put(evals.Run{ID: "r5", Status: evals.StatusRunning, Host: evals.Host{ID: "root-2", Name: "box", PID: 300}, StartedAt: clock.Add(-time.Minute), HeartbeatAt: clock.Add(-5 * time.Second)})
 			put(evals.Run{ID: "r4", Status: evals.StatusFinished, Host: evals.Host{ID: "h2", Name: "other"}, StartedAt: clock.Add(-3 * time.Hour), HeartbeatAt: clock.Add(-3 * time.Hour)})
 
 			m := manager(t, evals.Options{Sessions: fixedAnswer("x"), Table: tbl, Host: me, Now: now, Heartbeat: 10 * time.Second})
@@ -278,8 +282,8 @@ func TestRecoverMarksDeadOwnersRunsInterruptedAndLeavesLiveOnes(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if len(runs) != 4 {
-				t.Fatalf("Recover listed %d runs, want all 4", len(runs))
+			if len(runs) != 5 {
+				t.Fatalf("Recover listed %d runs, want all 5", len(runs))
 			}
 			got := stored(t, tb.open(t))
 			if r := got["r1"]; r.Status != evals.StatusInterrupted || !strings.Contains(r.Error, "pid 100") || r.Cases[1].Status != evals.CasePending || r.Cases[0].Status != evals.CasePassed {
@@ -290,6 +294,9 @@ func TestRecoverMarksDeadOwnersRunsInterruptedAndLeavesLiveOnes(t *testing.T) {
 			}
 			if r := got["r3"]; r.Status != evals.StatusRunning {
 				t.Errorf("r3 (another host, live heartbeat) = %s: a host must not mark another host's live run", r.Status)
+			}
+			if r := got["r5"]; r.Status != evals.StatusRunning {
+				t.Errorf("r5 (another state root on this machine, live heartbeat) = %s %q: only this state root's own earlier runs are orphans", r.Status, r.Error)
 			}
 			if r := got["r4"]; r.Status != evals.StatusFinished {
 				t.Errorf("r4 = %s", r.Status)

@@ -84,14 +84,14 @@ type Run struct {
 
 // Host names the host that owns a run.
 type Host struct {
-	// ID is the runtime's host id (agent.Runtime.HostID).
+	// ID is the runtime's host id (agent.Runtime.HostID): stable for a
+	// state root across its processes. A process that holds the same state
+	// root on the same machine knows the owner is gone (the state root is
+	// locked by one process at a time). The state root's path is not
+	// stored: API clients read runs, and host paths are not theirs to see.
 	ID string `json:"id"`
 	// Name is the machine's host name.
 	Name string `json:"name"`
-	// StateRoot is the owner's state root. A process that holds the same
-	// state root on the same machine knows the owner is gone (the state
-	// root is locked by one process at a time).
-	StateRoot string `json:"stateRoot"`
 	// PID is the owner's process id.
 	PID int `json:"pid"`
 }

@@ -57,7 +57,7 @@ func openLocal(dir string) (*localDir, error) {
 	if dir == "" {
 		return nil, errors.New("reminder: no local folder; set Options.Dir (the runtime uses --state-root/reminders)")
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("reminder: cannot create the local folder: %w", err)
 	}
 	return &localDir{dir: dir}, nil
