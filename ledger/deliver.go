@@ -195,6 +195,9 @@ func (l *Ledger) Deliver(ctx context.Context, sessionID string, ev Event) (Deliv
 		if res.Acquired {
 			l.stats.acquired.Add(1)
 		}
+		if res.Local && blob != "" {
+			s.keepPayload(blob, ev.Payload)
+		}
 		if res.Local {
 			// Also after an unknown outcome settled as "already there": a
 			// lease this delivery took must get its runner.

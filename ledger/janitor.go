@@ -52,6 +52,7 @@ func (l *Ledger) Run(ctx context.Context) error {
 
 // scan is one pass of the janitor.
 func (l *Ledger) scan(ctx context.Context, lim *limiter) {
+	l.step("janitor:scan")
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go func() {
@@ -92,7 +93,12 @@ func (l *Ledger) scan(ctx context.Context, lim *limiter) {
 				act = func() error { return l.takeOver(ctx, c) }
 			}
 		case c.Commit > c.Swept:
-			if last, ok := l.swept[sid]; !ok || now.Sub(last) >= l.opts.SweepEvery {
+			// A session is swept SweepEvery after this host first saw it
+			// with turns since the last sweep, and at most that often.
+			last, ok := l.swept[sid]
+			if !ok {
+				l.swept[sid] = now
+			} else if now.Sub(last) >= l.opts.SweepEvery {
 				act = func() error {
 					l.swept[sid] = time.Now()
 					return l.sweep(ctx, c)

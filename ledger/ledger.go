@@ -62,6 +62,39 @@ type session struct {
 	flushed uint64     // turns up to this sequence are at turns/{seq}
 	run     *runner    // the runner of this host, if any
 	changed chan struct{}
+	// payloads holds blob payloads this host delivered to a session it
+	// runs, so its turns need not read them back.
+	payloads map[string][]byte
+}
+
+// keepPayload remembers a blob payload for this host's runner.
+func (s *session) keepPayload(ref string, payload []byte) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.payloads == nil {
+		s.payloads = map[string][]byte{}
+	}
+	s.payloads[ref] = payload
+}
+
+// takePayload returns a remembered payload, if any.
+func (s *session) takePayload(ref string) ([]byte, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p, ok := s.payloads[ref]
+	return p, ok
+}
+
+// forgetPayload drops a remembered payload (the event left the inbox), or
+// all of them (ref "", when the runner ends).
+func (s *session) forgetPayload(ref string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if ref == "" {
+		s.payloads = nil
+		return
+	}
+	delete(s.payloads, ref)
 }
 
 // acquire takes the session's writer lock, or fails when ctx ends first.

@@ -44,6 +44,9 @@ type monitor struct {
 	sessions map[string]*monSession
 	bySeg    map[string]string // encoded session segment -> session id
 	trace    string            // the only session whose changes are logged, if set (LEDGER_SIM_TRACE)
+	// silence is Lease + Margin: no held session may be taken over before
+	// its holder has been silent that long (0: not checked).
+	silence time.Duration
 }
 
 type monSession struct {
@@ -54,6 +57,7 @@ type monSession struct {
 	maxGen       uint64
 	deadIDs      map[string]int // times dead-lettered
 	log          []string       // the changes, for a failure's report
+	lifeAt       time.Time      // when (holder, generation, renewal) last changed
 }
 
 func newMonitor(k layout, base *memkv.Store) *monitor {
@@ -148,6 +152,15 @@ func (m *monitor) controlChanged(key string, oldData, newData []byte) {
 		m.violate("I2 %s: generation went from %d down to %d", sid, oc.Gen, nc.Gen)
 	}
 	ms.maxGen = max(ms.maxGen, nc.Gen)
+	if oc.Holder != "" && nc.Gen > oc.Gen && nc.Deleted == nil && m.silence > 0 {
+		if quiet := time.Since(ms.lifeAt); quiet < m.silence {
+			m.violate("takeover %s: %s took generation %d from %s after %s of silence; the rule is lease + margin, %s",
+				sid, nc.Holder, nc.Gen, oc.Holder, quiet, m.silence)
+		}
+	}
+	if oc.Holder != nc.Holder || oc.Gen != nc.Gen || oc.Renew != nc.Renew {
+		ms.lifeAt = time.Now()
+	}
 	if oc.Deleted != nil && nc.Deleted == nil {
 		m.violate("%s: a tombstone was overwritten by a live record", sid)
 	}
@@ -264,15 +277,15 @@ func (m *monitor) beforeDelete(key string) {
 	if !ok {
 		return
 	}
+	c := m.current(sid)
+	if c == nil || c.Deleted != nil {
+		return // a deleted session's keys go
+	}
 	ref, isBlob := strings.CutPrefix(tail, "in/")
 	if !isBlob {
 		if strings.HasPrefix(tail, "turns/") {
 			m.violate("I6 %s: committed turn key %s deleted", sid, key)
 		}
-		return
-	}
-	c := m.current(sid)
-	if c == nil {
 		return
 	}
 	for _, e := range c.Pending {

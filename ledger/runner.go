@@ -310,6 +310,7 @@ func (r *runner) exit() {
 	r.s.mu.Lock()
 	if r.s.run == r {
 		r.s.run = nil
+		r.s.payloads = nil
 	}
 	r.s.mu.Unlock()
 	r.l.stats.held.Add(-1)
@@ -449,7 +450,7 @@ func (l *Ledger) readOut(ctx context.Context, sid string, u turnRecord) (*turnRe
 // event is never in neither place.
 func (r *runner) deadLetter(head entry) error {
 	l := r.l
-	payload, err := l.payload(r.ctx, r.s.id, head)
+	payload, err := l.payload(r.ctx, r.s, head)
 	if err != nil && !errors.Is(err, errMissingBlob) {
 		return err
 	}
@@ -481,6 +482,7 @@ func (r *runner) deadLetter(head entry) error {
 	r.started = next
 	r.mu.Unlock()
 	if head.Blob != "" {
+		r.s.forgetPayload(head.Blob)
 		l.del(r.ctx, l.keys.blob(r.s.id, head.Blob))
 	}
 	return nil
@@ -499,11 +501,16 @@ func startNext(c *control, maxAttempts int) uint64 {
 
 var errMissingBlob = errors.New("ledger: payload blob missing")
 
-// payload returns an event's payload, reading its blob when it has one.
-func (l *Ledger) payload(ctx context.Context, sid string, e entry) (json.RawMessage, error) {
+// payload returns an event's payload, reading its blob when it has one
+// (unless this host delivered it).
+func (l *Ledger) payload(ctx context.Context, s *session, e entry) (json.RawMessage, error) {
 	if e.Blob == "" {
 		return e.Inline, nil
 	}
+	if p, ok := s.takePayload(e.Blob); ok {
+		return p, nil
+	}
+	sid := s.id
 	data, err := l.get(ctx, l.keys.blob(sid, e.Blob))
 	if err != nil {
 		if isNotFound(err) {
@@ -522,7 +529,7 @@ func (l *Ledger) payload(ctx context.Context, sid string, e entry) (json.RawMess
 // committed.
 func (r *runner) runTurn(c *control, head entry) (bool, error) {
 	l := r.l
-	payload, err := l.payload(r.ctx, r.s.id, head)
+	payload, err := l.payload(r.ctx, r.s, head)
 	if err != nil {
 		return false, err
 	}
@@ -760,6 +767,7 @@ func (t *Turn) Commit(ctx context.Context, output []json.RawMessage) (Committed,
 	}
 	r.mu.Unlock()
 	if t.head.Blob != "" {
+		r.s.forgetPayload(t.head.Blob)
 		l.del(ctx, l.keys.blob(t.SessionID, t.head.Blob)) // consumed: no record references it now
 	}
 	// Flush now; a failure leaves the turn in the control record, and the

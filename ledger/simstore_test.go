@@ -45,6 +45,34 @@ type hostStore struct {
 	dead  atomic.Bool
 	pause *pauseGate
 	cut   *pauseGate // a network cut: calls fail at once until it ends
+
+	scriptMu sync.Mutex
+	script   []scripted // faults for the next writes, in order (unit tests)
+}
+
+// scripted is a fault planned for a coming write: fault ("drop", "lost",
+// "late") hits the next write whose kind is op ("cas" or "put").
+type scripted struct{ op, fault string }
+
+// planFault makes the next write of kind op ("cas", "put") fail with
+// fault ("drop": not applied; "lost": applied, answered with a timeout;
+// "late": applied after a while, answered with a timeout now).
+func (h *hostStore) planFault(op, fault string) {
+	h.scriptMu.Lock()
+	defer h.scriptMu.Unlock()
+	h.script = append(h.script, scripted{op, fault})
+}
+
+func (h *hostStore) scriptedFault(op string) string {
+	h.scriptMu.Lock()
+	defer h.scriptMu.Unlock()
+	for i, f := range h.script {
+		if f.op == op {
+			h.script = append(h.script[:i], h.script[i+1:]...)
+			return f.fault
+		}
+	}
+	return ""
 }
 
 var (
@@ -145,6 +173,13 @@ func (h *hostStore) leave(ctx context.Context) error {
 // writeFault decides the fate of a write: "" (normal), "drop", "lost" or
 // "late" (conditional writes only).
 func (h *hostStore) writeFault(conditional bool) string {
+	op := "put"
+	if conditional {
+		op = "cas"
+	}
+	if f := h.scriptedFault(op); f != "" {
+		return f
+	}
 	f := h.w.faults()
 	if f == nil {
 		return ""
@@ -260,7 +295,10 @@ func (h *hostStore) conditional(ctx context.Context, key string, value []byte, e
 		_, _ = h.w.cas(key, value, expected)
 		return "", errTimeout
 	case "late":
-		d := time.Duration(h.w.float() * float64(h.w.faults().maxLate))
+		d := 100 * time.Millisecond
+		if f := h.w.faults(); f != nil {
+			d = time.Duration(h.w.float() * float64(f.maxLate))
+		}
 		h.w.late.Add(1)
 		go func() {
 			defer h.w.late.Done()

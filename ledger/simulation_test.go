@@ -314,6 +314,7 @@ func runSimulation(t *testing.T, cfg simConfig) simResult {
 	w := &simWorld{cfg: cfg, base: base, rng: rand.New(rand.NewPCG(cfg.seed, cfg.seed^0x9e3779b97f4a7c15)), mon: newMonitor(k, base)}
 	w.res.crashSteps = map[string]int{}
 	w.mon.trace = os.Getenv("LEDGER_SIM_TRACE")
+	w.mon.silence = cfg.lease + cfg.lease/5 // the default margin
 	w.faultsOn.Store(true)
 	hosts := make([]*simHost, cfg.hosts)
 	for i := range hosts {
