@@ -25,7 +25,7 @@ const (
 	DefaultInlineLimit     = 4 << 10
 	DefaultMaxInlineBytes  = 32 << 10
 	DefaultTurnInlineLimit = 16 << 10
-	DefaultDedupWindow     = 128
+	DefaultDedupWindow     = 64
 	DefaultRetryAfter      = 2 * time.Second
 	DefaultTakeoverRate    = 20 // per second
 	DefaultFollowInterval  = 500 * time.Millisecond

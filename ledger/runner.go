@@ -42,11 +42,7 @@ type runner struct {
 
 // ensureRunner starts a runner for gen unless this host runs one already.
 func (l *Ledger) ensureRunner(s *session, gen, started uint64, sent time.Time) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.run != nil && s.run.gen == gen {
-		return
-	}
+	// l.mu before s.mu, the order evictLocked takes them in.
 	l.mu.Lock()
 	if l.closed {
 		l.mu.Unlock()
@@ -54,6 +50,12 @@ func (l *Ledger) ensureRunner(s *session, gen, started uint64, sent time.Time) {
 	}
 	l.wg.Add(1)
 	l.mu.Unlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.run != nil && s.run.gen == gen {
+		l.wg.Done()
+		return
+	}
 	ctx, cancel := context.WithCancelCause(l.ctx)
 	r := &runner{l: l, s: s, gen: gen, ctx: ctx, cancel: cancel, lastSent: sent, started: started}
 	r.fence = time.AfterFunc(r.untilFence(), r.fenceCheck)
