@@ -58,7 +58,9 @@ func (l *Ledger) ensureRunner(s *session, gen, started uint64, sent time.Time) {
 	}
 	ctx, cancel := context.WithCancelCause(l.ctx)
 	r := &runner{l: l, s: s, gen: gen, ctx: ctx, cancel: cancel, lastSent: sent, started: started}
+	r.mu.Lock() // fenceCheck, which may fire at once, waits for r.fence
 	r.fence = time.AfterFunc(r.untilFence(), r.fenceCheck)
+	r.mu.Unlock()
 	s.run = r
 	l.stats.held.Add(1)
 	go r.loop()
