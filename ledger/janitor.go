@@ -11,10 +11,9 @@ import (
 // observation is what the janitor last saw of a held session, and when it
 // first saw it so, on this host's monotonic clock.
 type observation struct {
-	holder       string
-	gen, renew   uint64
-	seen         time.Time
-	holderlessAt bool
+	holder     string
+	gen, renew uint64
+	seen       time.Time
 }
 
 // Run runs the janitor until ctx ends or the Ledger closes: every

@@ -554,6 +554,8 @@ func TestTakeoverWaitsForLeasePlusMargin(t *testing.T) {
 		c := newCluster(t, 2, func(o *Options) { o.Margin = 2 * time.Second })
 		a, b := c.hosts[0], c.hosts[1]
 		block := make(chan struct{})
+		var unblock sync.Once
+		t.Cleanup(func() { unblock.Do(func() { close(block) }) }) // also when the test fails
 		a.setHandler(func(ctx context.Context, tr *Turn) error {
 			<-block
 			return errors.New("never")
@@ -581,7 +583,7 @@ func TestTakeoverWaitsForLeasePlusMargin(t *testing.T) {
 		if late := time.Since(frozen); late > silence+a.l.Lease() {
 			t.Fatalf("takeover came %s after the last renewal; want within lease + margin + a janitor interval", late)
 		}
-		close(block)
+		unblock.Do(func() { close(block) })
 		a.pause().clear()
 	})
 }
@@ -683,6 +685,8 @@ func TestBackPressure(t *testing.T) {
 				})
 				h := c.hosts[0]
 				block := make(chan struct{})
+				var unblock sync.Once
+				t.Cleanup(func() { unblock.Do(func() { close(block) }) }) // also when the test fails
 				h.setHandler(func(ctx context.Context, tr *Turn) error {
 					<-block
 					return commitEcho(ctx, tr)
@@ -704,7 +708,7 @@ func TestBackPressure(t *testing.T) {
 				if _, err := h.l.Lookup(ctx, "s", "e3"); !errors.Is(err, ErrUnknownEvent) {
 					t.Fatalf("the refused event is known to the session: %v", err)
 				}
-				close(block)
+				unblock.Do(func() { close(block) })
 				if _, err := h.l.Await(ctx, "s", "e2"); err != nil {
 					t.Fatal(err)
 				}
@@ -753,6 +757,38 @@ func TestLargePayloadsAndOutputs(t *testing.T) {
 		}
 		if len(blobs) != 0 || len(outs) != 0 {
 			t.Fatalf("left behind: blobs %v, outputs %v", blobs, outs)
+		}
+	})
+}
+
+// TestCommitAfterSelfFence: self-fencing stops side effects, not the
+// commit. A holder whose renewal was late (its turn's context ended with
+// ErrSelfFenced) but that still holds the lease commits its finished work;
+// the store's generation check is what decides.
+func TestCommitAfterSelfFence(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t, 2, nil)
+		h := c.hosts[0]
+		var commitErr error
+		h.setHandler(func(ctx context.Context, tr *Turn) error {
+			h.store.cut.set(time.Now().Add(h.l.Lease())) // shorter than lease + margin
+			<-ctx.Done()
+			if !errors.Is(context.Cause(ctx), ErrSelfFenced) {
+				t.Errorf("the turn ended with %v; want ErrSelfFenced", context.Cause(ctx))
+			}
+			time.Sleep(h.l.Lease()) // the store is back
+			_, commitErr = tr.Commit(ctx, []json.RawMessage{tr.Event.Payload})
+			return commitErr
+		})
+		if _, err := h.l.Deliver(context.Background(), "s", msg("e")); err != nil {
+			t.Fatal(err)
+		}
+		got, err := c.hosts[1].l.Await(context.Background(), "s", "e")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if commitErr != nil || got.Holder != "h0" || got.Generation != 1 {
+			t.Fatalf("commit after self-fencing: %v, turn by %s at generation %d; want h0's commit at 1", commitErr, got.Holder, got.Generation)
 		}
 	})
 }

@@ -790,12 +790,22 @@ func (t *Turn) Commit(ctx context.Context, output []json.RawMessage) (Committed,
 // ErrSelfFenced.
 func commitContext(caller, runner context.Context, limit time.Duration) (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithTimeoutCause(runner, limit, errors.New("ledger: commit took longer than the lease"))
+	if stopsCommit(caller) {
+		cancel()
+		return ctx, cancel
+	}
 	stop := context.AfterFunc(caller, func() {
-		if !errors.Is(context.Cause(caller), ErrSelfFenced) {
+		if stopsCommit(caller) {
 			cancel()
 		}
 	})
 	return ctx, func() { stop(); cancel() }
+}
+
+// stopsCommit reports whether the caller's context has ended for a reason
+// that stops a commit: any but self-fencing, which stops side effects only.
+func stopsCommit(caller context.Context) bool {
+	return caller.Err() != nil && !errors.Is(context.Cause(caller), ErrSelfFenced)
 }
 
 func outputSize(output []json.RawMessage) int {

@@ -33,7 +33,7 @@ import (
 // ledger must drain, and every acknowledged event must be in exactly one
 // committed turn or in the dead-letter store, read through every host.
 //
-// LEDGER_SIM_SEEDS (default 16) and LEDGER_SIM_SECONDS (simulated seconds
+// LEDGER_SIM_SEEDS (default 32) and LEDGER_SIM_SECONDS (simulated seconds
 // of chaos per seed, default 40) make a longer sweep:
 //
 //	LEDGER_SIM_SEEDS=500 LEDGER_SIM_SECONDS=600 go test -run 'Simulation$' ./ledger/
@@ -65,7 +65,7 @@ func defaultSimConfig(seed uint64) simConfig {
 		crashAtStep: 0.0015, midTurnPause: 0.05,
 		chaosEvery: 2 * time.Second,
 		// Three steps per seed are crashed at on their first occurrence,
-		// so 16 seeds target every step at least twice.
+		// so every 16 seeds target every step at least twice.
 		targets: []string{simSteps[int(3*seed)%len(simSteps)], simSteps[int(3*seed+1)%len(simSteps)], simSteps[int(3*seed+2)%len(simSteps)]},
 	}
 }
@@ -632,7 +632,7 @@ func (w *simWorld) finalCheck(t *testing.T, hosts []*simHost, acks []ack, droppe
 }
 
 func TestSimulation(t *testing.T) {
-	seeds := envInt("LEDGER_SIM_SEEDS", 16)
+	seeds := envInt("LEDGER_SIM_SEEDS", 32)
 	total := simResult{crashSteps: map[string]int{}}
 	for seed := 1; seed <= seeds; seed++ {
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
