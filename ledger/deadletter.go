@@ -201,7 +201,7 @@ func (l *Ledger) Replay(ctx context.Context, sessionID, eventID string) (Deliver
 		res     Delivery
 		started uint64
 	)
-	_, sent, err := l.update(ctx, s, "replay", func(c *control) (*control, error) {
+	cur, sent, err := l.update(ctx, s, "replay", func(c *control) (*control, error) {
 		res, started = Delivery{SessionID: sessionID, EventID: eventID}, 0
 		if c == nil || c.Deleted != nil {
 			return nil, fmt.Errorf("%w: session %q", ErrDeleted, sessionID)
@@ -253,7 +253,7 @@ func (l *Ledger) Replay(ctx context.Context, sessionID, eventID string) (Deliver
 		err = fmt.Errorf("ledger: replay of %q raced with the session's sweep or inbox; try again", eventID)
 	}
 	if err != nil || res.Duplicate {
-		if blob != "" && !errors.Is(err, errUnknownOutcome) {
+		if blob != "" && cur != nil && !references(cur, blob) && !errors.Is(err, errUnknownOutcome) {
 			l.del(ctx, l.keys.blob(sessionID, blob))
 		}
 		return res, err

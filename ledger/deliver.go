@@ -109,7 +109,7 @@ func (l *Ledger) Deliver(ctx context.Context, sessionID string, ev Event) (Deliv
 	}
 	for {
 		needBlob, staleEpoch = false, 0
-		_, sent, err := l.update(ctx, s, "deliver", func(c *control) (*control, error) {
+		cur, sent, err := l.update(ctx, s, "deliver", func(c *control) (*control, error) {
 			res = Delivery{SessionID: sessionID, EventID: ev.ID}
 			started = 0
 			if c == nil {
@@ -179,7 +179,10 @@ func (l *Ledger) Deliver(ctx context.Context, sessionID string, ev Event) (Deliv
 			continue
 		}
 		if err != nil || res.Duplicate {
-			if blob != "" && (err != nil && !errors.Is(err, errUnknownOutcome) || res.Duplicate) {
+			// Our blob goes unless the record references it: a duplicate
+			// may be our own earlier write, whose answer was lost. Without
+			// a record read in this call, the sweep decides later.
+			if blob != "" && cur != nil && !references(cur, blob) && !errors.Is(err, errUnknownOutcome) {
 				l.del(context.WithoutCancel(ctx), l.keys.blob(sessionID, blob))
 			}
 			if err != nil {
@@ -207,6 +210,16 @@ func (l *Ledger) Deliver(ctx context.Context, sessionID string, ev Event) (Deliv
 		}
 		return res, nil
 	}
+}
+
+// references reports whether a pending entry of c points at the blob ref.
+func references(c *control, ref string) bool {
+	for _, e := range c.Pending {
+		if e.Blob == ref {
+			return true
+		}
+	}
+	return false
 }
 
 // errRetry makes a delivery rewrite its payload before trying again.

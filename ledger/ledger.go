@@ -345,14 +345,23 @@ func (l *Ledger) update(ctx context.Context, s *session, step string, mutate mut
 	defer s.unlock()
 	unknown := 0
 	fresh := false // the cache was read or written by this call
+	// uncertain is set once a write of this call may have landed unseen;
+	// an error returned after that says the outcome is unknown.
+	uncertain := false
+	fail := func(err error) (*control, time.Time, error) {
+		if uncertain && !errors.Is(err, errUnknownOutcome) {
+			err = fmt.Errorf("%w: %w", errUnknownOutcome, err)
+		}
+		return nil, time.Time{}, err
+	}
 	for {
 		if err := ctx.Err(); err != nil {
-			return nil, time.Time{}, err
+			return fail(err)
 		}
 		cur, expected, loaded := s.cached()
 		if !loaded {
 			if err := l.load(ctx, s); err != nil {
-				return nil, time.Time{}, err
+				return fail(err)
 			}
 			fresh = true
 			continue
@@ -385,17 +394,19 @@ func (l *Ledger) update(ctx context.Context, s *session, step string, mutate mut
 			continue
 		case ctx.Err() != nil:
 			s.invalidate()
-			return nil, time.Time{}, fmt.Errorf("%w: %w", errUnknownOutcome, err)
+			uncertain = true
+			return fail(err)
 		case permanent(ctx, err):
-			return nil, time.Time{}, err
+			return fail(err)
 		}
 		// The write may have landed. Resolve by reading.
+		uncertain = true
 		landed, ver, rerr := l.resolve(ctx, s, next.Write, data, create, expected)
 		if rerr != nil {
 			unknown++
 			s.invalidate()
 			if ctx.Err() != nil || unknown >= 3 {
-				return nil, time.Time{}, fmt.Errorf("%w: %w", errUnknownOutcome, rerr)
+				return fail(rerr)
 			}
 			continue
 		}

@@ -792,3 +792,47 @@ func TestCommitAfterSelfFence(t *testing.T) {
 		}
 	})
 }
+
+// TestLostAnswerThenAnotherWrite: a delivery's append lands but its answer
+// is lost, and another host appends before the first host reads back; the
+// first host finds its event already pending (its own write) and must keep
+// the payload blob the entry references (I5, checked by the monitor).
+func TestLostAnswerThenAnotherWrite(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var c *cluster
+		var once sync.Once
+		c = newCluster(t, 2, func(o *Options) {
+			o.InlineLimit = 8
+			if o.HostID != "h0" {
+				return
+			}
+			o.test.step = func(name string) {
+				if name == "deliver:after-write" {
+					once.Do(func() {
+						if _, err := c.hosts[1].l.Deliver(context.Background(), "s", msg("other")); err != nil {
+							t.Error(err)
+						}
+					})
+				}
+			}
+		})
+		a := c.hosts[0]
+		ctx := context.Background()
+		big := Event{ID: "big", Payload: json.RawMessage(`{"text":"` + strings.Repeat("x", 100) + `"}`)}
+		a.store.planFault("cas", "lost")
+		d, err := a.l.Deliver(ctx, "s", big)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.State != StatePending {
+			t.Fatalf("delivery: %+v", d)
+		}
+		got, err := a.l.Await(ctx, "s", "big")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(got.Output[0]) != string(big.Payload) {
+			t.Fatalf("the event came back as %s", got.Output[0])
+		}
+	})
+}
