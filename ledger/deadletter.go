@@ -238,7 +238,7 @@ func (l *Ledger) Replay(ctx context.Context, sessionID, eventID string) (Deliver
 		c.Pending = append(c.Pending, e)
 		c.NextSeq++
 		res.State, res.InboxSeq = StatePending, e.Seq
-		if c.Holder == "" {
+		if c.Holder == "" && !l.opts.Passive {
 			c.Holder, res.Acquired = l.opts.HostID, true
 			c.Gen++
 			c.Renew = 0

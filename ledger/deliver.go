@@ -152,7 +152,7 @@ func (l *Ledger) Deliver(ctx context.Context, sessionID string, ev Event) (Deliv
 			c.Pending = append(c.Pending, e)
 			c.NextSeq++
 			res.State, res.InboxSeq = StatePending, e.Seq
-			if c.Holder == "" {
+			if c.Holder == "" && !l.opts.Passive {
 				c.Holder = l.opts.HostID
 				c.Gen++
 				c.Renew = 0

@@ -80,6 +80,8 @@ func (l *Ledger) scan(ctx context.Context, lim *limiter) {
 			if !c.Deleted.Purged {
 				act = func() error { return l.purge(ctx, l.session(sid)) }
 			}
+		case l.opts.Passive && (c.Holder != "" || len(c.Pending) > 0):
+			// A passive ledger takes nothing over.
 		case c.Holder == "" && len(c.Pending) > 0:
 			act = func() error { return l.takeOver(ctx, c) }
 		case c.Holder != "":

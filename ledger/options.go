@@ -43,7 +43,8 @@ const (
 // dead-letter store.
 type Handler func(ctx context.Context, t *Turn) error
 
-// Options configures a Ledger. Store, Agent and Handler are required.
+// Options configures a Ledger. Store and Agent are required, and Handler
+// unless Passive is set.
 type Options struct {
 	// Store is the coordination store: the agent's store or an explicit
 	// override. It needs the CAS group and Get and Delete (CheckStore).
@@ -114,6 +115,11 @@ type Options struct {
 	// RetryDelay is the wait after a failed attempt, doubling per attempt
 	// up to Lease; zero means Lease/20.
 	RetryDelay time.Duration
+	// Passive makes a Ledger that never holds a session: its deliveries
+	// and replays leave the lease to the other hosts, whose janitors take a
+	// session with events and no holder at their next scan. For tools that
+	// do not serve turns (a command that replays dead letters).
+	Passive bool
 	// AllowProcessLocal accepts a store that keeps its data in this process
 	// (the memory driver), for tests. Such a store cannot coordinate hosts,
 	// and acknowledged events vanish with the process.
@@ -162,8 +168,8 @@ func CheckStore(store *kv.DB, allowProcessLocal bool) error {
 
 // withDefaults validates opts and fills in the defaults.
 func (o Options) withDefaults() (Options, error) {
-	if o.Handler == nil {
-		return o, errors.New("ledger: Options.Handler is nil; pass the function that runs a turn")
+	if o.Handler == nil && !o.Passive {
+		return o, errors.New("ledger: Options.Handler is nil; pass the function that runs a turn (or set Passive for a ledger that serves no turns)")
 	}
 	if o.Agent == "" {
 		return o, errors.New("ledger: Options.Agent is empty; name the agent whose sessions the ledger serves")

@@ -290,3 +290,35 @@ func TestInvalidDeliveries(t *testing.T) {
 		}
 	})
 }
+
+// TestPassiveLedger: a passive ledger (for tools) delivers and replays
+// without taking leases; a serving host's janitor picks the session up at
+// its next scan.
+func TestPassiveLedger(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t, 1, nil)
+		tool := c.add("tool", func(o *Options) { o.Passive = true; o.Handler = nil })
+		ctx := context.Background()
+		d, err := tool.l.Deliver(ctx, "s", msg("e"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Acquired || d.Local || d.Holder != "" {
+			t.Fatalf("a passive delivery: %+v; want queued with no holder", d)
+		}
+		start := time.Now()
+		got, err := tool.l.Await(ctx, "s", "e")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Holder != "h0" {
+			t.Fatalf("the turn ran on %s; want the serving host", got.Holder)
+		}
+		if waited := time.Since(start); waited > c.hosts[0].l.opts.JanitorInterval*3/2 {
+			t.Fatalf("the serving host took %s to pick it up; want one janitor interval", waited)
+		}
+		if st := tool.l.Stats(); st.LeasesHeld != 0 || st.Acquired != 0 || st.Takeovers != 0 {
+			t.Fatalf("the passive ledger's stats: %+v", st)
+		}
+	})
+}

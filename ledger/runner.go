@@ -44,7 +44,7 @@ type runner struct {
 func (l *Ledger) ensureRunner(s *session, gen, started uint64, sent time.Time) {
 	// l.mu before s.mu, the order evictLocked takes them in.
 	l.mu.Lock()
-	if l.closed {
+	if l.closed || l.opts.Passive {
 		l.mu.Unlock()
 		return
 	}
