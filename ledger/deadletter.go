@@ -8,6 +8,9 @@ import (
 	"iter"
 	"strings"
 	"time"
+
+	"agentkit/keys"
+	"agentkit/kv"
 )
 
 // DeadLetter is an event that failed MaxAttempts turns and left its
@@ -79,6 +82,9 @@ func (l *Ledger) currentDeadLetters(ctx context.Context, prefix string) iter.Seq
 				if err != nil {
 					l.log.Warn("ledger: skipping an unreadable dead letter", "key", key, "err", err)
 					continue
+				}
+				if d.Closed != "" {
+					continue // replayed or dropped
 				}
 				recs = append(recs, d)
 			}
@@ -258,10 +264,12 @@ func (l *Ledger) Replay(ctx context.Context, sessionID, eventID string) (Deliver
 		}
 		return res, err
 	}
-	// The control record no longer names this record: delete it. A
-	// failure leaves a stale record that listings skip and the commit of
-	// the replayed event deletes.
-	l.del(ctx, key)
+	// The control record no longer names this record: close it. A failure
+	// leaves a record that listings skip and that the commit of the
+	// replayed event closes.
+	if err := l.closeDeadLetter(ctx, sessionID, eventID, d.InboxSeq, "replayed"); err != nil {
+		l.log.Warn("ledger: closing a replayed dead letter failed; its event's commit closes it", "key", key, "err", err)
+	}
 	if res.Local {
 		if c := s.snapshot(); c != nil && c.Holder == l.opts.HostID {
 			l.ensureRunner(s, c.Gen, started, sent)
@@ -282,8 +290,8 @@ func removeRecent(rs []recent, id string) []recent {
 	return out
 }
 
-// Drop deletes an event's dead letter for good (and any stale record of
-// the same event).
+// Drop removes an event's dead letter for good (its record is closed, and
+// any older record of the same event with it).
 func (l *Ledger) Drop(ctx context.Context, sessionID, eventID string) error {
 	if sessionID == "" || eventID == "" {
 		return errors.New("ledger: Drop needs a session id and an event id")
@@ -291,16 +299,52 @@ func (l *Ledger) Drop(ctx context.Context, sessionID, eventID string) error {
 	if _, err := l.currentDeadLetter(ctx, sessionID, eventID); err != nil {
 		return err
 	}
-	for key, err := range l.store.ListKeys(ctx, l.keys.dlqEvent(sessionID, eventID)) {
+	prefix := l.keys.dlqEvent(sessionID, eventID)
+	for key, err := range l.store.ListKeys(ctx, prefix) {
 		if err != nil {
 			return err
 		}
-		cctx, cancel := context.WithTimeout(ctx, l.opTimeout())
-		err := l.store.Delete(cctx, key)
-		cancel()
+		inbox, err := keys.ParseSeq(strings.TrimPrefix(key, prefix))
 		if err != nil {
+			continue
+		}
+		if err := l.closeDeadLetter(ctx, sessionID, eventID, inbox, "dropped"); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// createDeadLetter writes a dead letter where none exists. A record already
+// there is this one (a retry after a lost answer, or another holder
+// dead-lettering the same entry) or a tombstone (the entry was replayed or
+// dropped meanwhile, so the caller's compare-and-set will be fenced); either
+// way nothing more is written.
+func (l *Ledger) createDeadLetter(ctx context.Context, key string, rec deadLetter) error {
+	data := mustJSON(rec)
+	var err error
+	for i := range 3 {
+		if i > 0 {
+			if serr := sleepCtx(ctx, time.Duration(i)*l.opts.Lease/50); serr != nil {
+				return serr
+			}
+		}
+		cctx, cancel := context.WithTimeout(ctx, l.opTimeout())
+		_, err = l.store.PutIfAbsent(cctx, key, data)
+		cancel()
+		if err == nil || errors.Is(err, kv.ErrConflict) {
+			return nil
+		}
+		if permanent(ctx, err) {
+			return err
+		}
+	}
+	return err
+}
+
+// closeDeadLetter overwrites a dead letter with its tombstone.
+func (l *Ledger) closeDeadLetter(ctx context.Context, sid, eventID string, inbox uint64, how string) error {
+	rec := deadLetter{Version: FormatVersion, Closed: how, Session: sid, EventID: eventID, InboxSeq: inbox,
+		Payload: json.RawMessage("null"), At: time.Now().UTC()}
+	return l.put(ctx, l.keys.dlq(sid, eventID, inbox), mustJSON(rec))
 }

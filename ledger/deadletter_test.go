@@ -203,3 +203,62 @@ func TestCrashLoopsAreCounted(t *testing.T) {
 		}
 	})
 }
+
+// TestLateDeadLetterWriteCannotResurrect: a host froze while writing a dead
+// letter, the event was dead-lettered by another host, replayed and
+// committed, and left the de-duplication window; the frozen write landing
+// now must not bring the dead letter back (it would be replayed and
+// committed twice).
+func TestLateDeadLetterWriteCannotResurrect(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t, 1, func(o *Options) { o.RetryDelay = time.Millisecond; o.MaxAttempts = 1; o.DedupWindow = 2 })
+		h := c.hosts[0]
+		var mu sync.Mutex
+		healed := false
+		h.setHandler(func(ctx context.Context, tr *Turn) error {
+			mu.Lock()
+			defer mu.Unlock()
+			if !healed {
+				return errors.New("broken")
+			}
+			return commitEcho(ctx, tr)
+		})
+		ctx := context.Background()
+		if _, err := h.l.Deliver(ctx, "s", msg("p")); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := h.l.Await(ctx, "s", "p"); !errors.Is(err, ErrDeadLettered) {
+			t.Fatal(err)
+		}
+		key := c.w.mon.keys.dlq("s", "p", 1)
+		data, _ := c.w.base.Get(ctx, key)
+		original, err := decodeDeadLetter(data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mu.Lock()
+		healed = true
+		mu.Unlock()
+		if _, err := h.l.Replay(ctx, "s", "p"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := h.l.Await(ctx, "s", "p"); err != nil {
+			t.Fatal(err)
+		}
+		for _, id := range []string{"a", "b", "c"} { // p leaves the window of 2
+			if _, err := h.l.Deliver(ctx, "s", msg(id)); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := h.l.Await(ctx, "s", id); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// The frozen host's write lands now.
+		if err := h.l.createDeadLetter(ctx, key, *original); err != nil {
+			t.Fatal(err)
+		}
+		if dls := deadLetters(t, h.l, ""); len(dls) != 0 {
+			t.Fatalf("a late write brought back %+v", dls)
+		}
+	})
+}

@@ -130,7 +130,11 @@
 // An event whose turn has started MaxAttempts times (default 5) is written
 // to the dead-letter store, then leaves the inbox by the holder's
 // compare-and-set, and the session moves on. DeadLetters lists, Replay
-// puts an event back at the end of its inbox, Drop deletes it.
+// puts an event back at the end of its inbox, Drop removes it. A dead
+// letter is created with PutIfAbsent under a key of its own
+// dead-lettering and is never deleted: Replay and Drop overwrite it with a
+// tombstone, so the late write of a host that froze while dead-lettering
+// cannot bring it back.
 //
 // # What the ledger does not do
 //

@@ -52,6 +52,8 @@ type monitor struct {
 type monSession struct {
 	committed    []turnRecord // index seq-1
 	committedIDs map[string]uint64
+	commits      map[string]int // times each id was committed
+	expired      map[string]int // re-deliveries of an id the session had forgotten
 	holders      map[uint64]string // generation -> committing host
 	lastConsumed uint64
 	maxGen       uint64
@@ -90,7 +92,8 @@ func (m *monitor) violations() []string {
 func (m *monitor) session(sid string) *monSession {
 	ms, ok := m.sessions[sid]
 	if !ok {
-		ms = &monSession{committedIDs: map[string]uint64{}, holders: map[uint64]string{}, deadIDs: map[string]int{}}
+		ms = &monSession{committedIDs: map[string]uint64{}, commits: map[string]int{}, expired: map[string]int{},
+			holders: map[uint64]string{}, deadIDs: map[string]int{}}
 		m.sessions[sid] = ms
 		m.bySeg[seg(sid)] = sid
 	}
@@ -187,10 +190,13 @@ func (m *monitor) controlChanged(key string, oldData, newData []byte) {
 			m.violate("I4 %s: turn %d committed after %d turns", sid, u.Seq, len(ms.committed))
 		}
 		for _, id := range u.EventIDs {
-			if prev, ok := ms.committedIDs[id]; ok {
+			// An id is committed again only after a re-delivery that came
+			// when the session no longer remembered it (the window).
+			if prev, ok := ms.committedIDs[id]; ok && ms.commits[id] >= 1+ms.expired[id] {
 				m.violate("I1 %s: event %s committed twice (turns %d and %d)", sid, id, prev, u.Seq)
 			}
 			ms.committedIDs[id] = u.Seq
+			ms.commits[id]++
 		}
 		if len(u.Output) > 0 {
 			var out simOutput
@@ -247,10 +253,26 @@ func (m *monitor) controlChanged(key string, oldData, newData []byte) {
 			m.violate("I1 %s: turn committed event %s (inbox %d) that was not pending", sid, c.ID, c.Seq)
 		}
 	}
-	// New entries are appended with fresh sequence numbers.
+	// New entries: fresh sequence numbers; a known id only outside the
+	// de-duplication window; a replay only of an event never committed.
 	for _, e := range nc.Pending {
-		if e.Seq >= oc.NextSeq && e.Seq >= nc.NextSeq {
+		if e.Seq >= nc.NextSeq {
 			m.violate("%s: entry %d beyond nextSeq %d", sid, e.Seq, nc.NextSeq)
+		}
+		if e.Seq < oc.NextSeq {
+			continue // not new
+		}
+		pendingBefore := slices.ContainsFunc(oc.Pending, func(p entry) bool { return p.ID == e.ID })
+		_, rec := oc.find(e.ID)
+		_, committed := ms.committedIDs[e.ID]
+		switch {
+		case e.Replayed && committed && ms.commits[e.ID] >= 1+ms.expired[e.ID]:
+			m.violate("I1 %s: committed event %s was replayed from a stale dead letter", sid, e.ID)
+		case e.Replayed:
+		case pendingBefore || rec != nil:
+			m.violate("I1 %s: event %s was queued again while the session still remembered it (pending or in the window)", sid, e.ID)
+		case committed || ms.deadIDs[e.ID] > 0:
+			ms.expired[e.ID]++ // a re-delivery after the window: a new event, as documented
 		}
 	}
 	// I5: every blob the record references exists.

@@ -127,9 +127,15 @@ type blobRecord struct {
 	Payload json.RawMessage `json:"payload"`
 }
 
-// deadLetter is the record at dlq/{sid}/{eventId}/{inboxSeq}.
+// deadLetter is the record at dlq/{sid}/{eventId}/{inboxSeq}. It is
+// created with PutIfAbsent and never deleted while the session lives: a
+// replay or a drop overwrites it with a tombstone (Closed set), so a late
+// copy of the creating write, from a host that froze while writing it, can
+// never bring it back.
 type deadLetter struct {
-	Version   int             `json:"v"`
+	Version int `json:"v"`
+	// Closed is "replayed" or "dropped" on a tombstone.
+	Closed    string          `json:"closed,omitempty"`
 	Session   string          `json:"session"`
 	EventID   string          `json:"event"`
 	InboxSeq  uint64          `json:"inboxSeq"`

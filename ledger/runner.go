@@ -464,7 +464,7 @@ func (r *runner) deadLetter(head entry) error {
 	if rec.Payload == nil {
 		rec.Payload = json.RawMessage("null")
 	}
-	if err := l.put(r.ctx, l.keys.dlq(r.s.id, head.ID, head.Seq), mustJSON(rec)); err != nil {
+	if err := l.createDeadLetter(r.ctx, l.keys.dlq(r.s.id, head.ID, head.Seq), rec); err != nil {
 		return err
 	}
 	var next uint64
@@ -701,12 +701,9 @@ func (t *Turn) Commit(ctx context.Context, output []json.RawMessage) (Committed,
 		inControl.Output, inControl.Ref = nil, ref
 	}
 	if t.head.Replayed {
-		// The event came back from the dead-letter store; its record goes
-		// before the event is consumed, so it never stays in both.
-		cctx, cancel := context.WithTimeout(ctx, l.opTimeout())
-		err := l.store.Delete(cctx, l.keys.dlq(t.SessionID, t.Event.ID, t.head.From))
-		cancel()
-		if err != nil {
+		// The event came back from the dead-letter store; its record is
+		// closed before the event is consumed, so it never stays in both.
+		if err := l.closeDeadLetter(ctx, t.SessionID, t.Event.ID, t.head.From, "replayed"); err != nil {
 			return Committed{}, err
 		}
 	}

@@ -373,7 +373,7 @@ func (w *simWorld) cas(key string, value []byte, expected kv.Version) (kv.Versio
 	} else {
 		ver, err = w.base.PutIfVersion(context.Background(), key, value, expected)
 	}
-	if err == nil {
+	if err == nil && w.isCtl(key) {
 		w.mon.controlChanged(key, old, value)
 	}
 	return ver, err
