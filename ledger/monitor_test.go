@@ -52,8 +52,8 @@ type monitor struct {
 type monSession struct {
 	committed    []turnRecord // index seq-1
 	committedIDs map[string]uint64
-	commits      map[string]int // times each id was committed
-	expired      map[string]int // re-deliveries of an id the session had forgotten
+	commits      map[string]int    // times each id was committed
+	expired      map[string]int    // re-deliveries of an id the session had forgotten
 	holders      map[uint64]string // generation -> committing host
 	lastConsumed uint64
 	maxGen       uint64
