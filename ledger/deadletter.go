@@ -57,8 +57,10 @@ func (l *Ledger) DeadLetters(ctx context.Context, sessionID string) iter.Seq2[De
 // currentDeadLetters yields the current dead-letter records under prefix:
 // for each event, the record the session's control record names (its
 // recent entry, marked dead, carries the record's inbox sequence), or,
-// once the event has left the de-duplication window, its newest record,
-// unless the event is pending.
+// once the event has left the de-duplication window, its newest record if
+// that one is not a tombstone, unless the event is pending. An older
+// record left open (its closing write failed) is never current: a newer
+// dead-lettering, replay or drop has superseded it.
 func (l *Ledger) currentDeadLetters(ctx context.Context, prefix string) iter.Seq2[*deadLetter, error] {
 	return func(yield func(*deadLetter, error) bool) {
 		ctls := map[string]*control{}
@@ -83,10 +85,8 @@ func (l *Ledger) currentDeadLetters(ctx context.Context, prefix string) iter.Seq
 					l.log.Warn("ledger: skipping an unreadable dead letter", "key", key, "err", err)
 					continue
 				}
-				if d.Closed != "" {
-					continue // replayed or dropped
-				}
-				recs = append(recs, d)
+				recs = append(recs, d) // tombstones too: the newest record decides
+
 			}
 			if len(recs) == 0 {
 				return true
@@ -102,7 +102,7 @@ func (l *Ledger) currentDeadLetters(ctx context.Context, prefix string) iter.Seq
 			}
 			newest := recs[len(recs)-1].InboxSeq
 			for _, d := range recs {
-				if isCurrent(c, d.EventID, d.InboxSeq, newest) {
+				if d.Closed == "" && isCurrent(c, d.EventID, d.InboxSeq, newest) {
 					return yield(d, nil)
 				}
 			}

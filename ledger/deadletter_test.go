@@ -262,3 +262,61 @@ func TestLateDeadLetterWriteCannotResurrect(t *testing.T) {
 		}
 	})
 }
+
+// TestOldOpenDeadLetterIsNotCurrent: the record of a first dead-lettering
+// stays open (its replay could not close it); the event is dead-lettered
+// again, replayed and committed, and leaves the window. The old record
+// must not be listed (a replay of it would commit the event twice).
+func TestOldOpenDeadLetterIsNotCurrent(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t, 1, func(o *Options) { o.RetryDelay = time.Millisecond; o.MaxAttempts = 1; o.DedupWindow = 2 })
+		h := c.hosts[0]
+		var mu sync.Mutex
+		fails := 2 // the first two dead-letterings
+		h.setHandler(func(ctx context.Context, tr *Turn) error {
+			mu.Lock()
+			defer mu.Unlock()
+			if tr.Event.ID == "p" && fails > 0 {
+				fails--
+				return errors.New("broken")
+			}
+			return commitEcho(ctx, tr)
+		})
+		ctx := context.Background()
+		if _, err := h.l.Deliver(ctx, "s", msg("p")); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := h.l.Await(ctx, "s", "p"); !errors.Is(err, ErrDeadLettered) {
+			t.Fatal(err)
+		}
+		for range 3 { // the replay cannot close the first record
+			h.store.planFault("put", "drop")
+		}
+		if _, err := h.l.Replay(ctx, "s", "p"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := h.l.Await(ctx, "s", "p"); !errors.Is(err, ErrDeadLettered) {
+			t.Fatal(err)
+		}
+		if dls := deadLetters(t, h.l, ""); len(dls) != 1 || dls[0].InboxSeq != 2 {
+			t.Fatalf("dead letters %+v; want the second dead-lettering only", dls)
+		}
+		if _, err := h.l.Replay(ctx, "s", "p"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := h.l.Await(ctx, "s", "p"); err != nil {
+			t.Fatal(err)
+		}
+		for _, id := range []string{"a", "b", "c"} { // p leaves the window of 2
+			if _, err := h.l.Deliver(ctx, "s", msg(id)); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := h.l.Await(ctx, "s", id); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if dls := deadLetters(t, h.l, ""); len(dls) != 0 {
+			t.Fatalf("an old, superseded dead letter is listed: %+v", dls)
+		}
+	})
+}
