@@ -551,7 +551,9 @@ func TestSelfFencing(t *testing.T) {
 // the last renewal (the monitor checks the same rule in every test).
 func TestTakeoverWaitsForLeasePlusMargin(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		c := newCluster(t, 2, func(o *Options) { o.Margin = 2 * time.Second })
+		// A short janitor interval: the contender acts as soon as the rule
+		// allows, so a takeover a little early would show.
+		c := newCluster(t, 2, func(o *Options) { o.Margin = 2 * time.Second; o.JanitorInterval = 100 * time.Millisecond })
 		a, b := c.hosts[0], c.hosts[1]
 		block := make(chan struct{})
 		var unblock sync.Once
