@@ -1,0 +1,814 @@
+package ledger
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// runner runs a session's turns on this host while it holds the lease of
+// one generation. Its loop drains the inbox one event per turn, in inbox
+// order, and releases the lease only by a compare-and-set that sees the
+// inbox empty. Its renewal loop keeps the lease alive independently of the
+// turn, so a long model call does not lose it.
+type runner struct {
+	l   *Ledger
+	s   *session
+	gen uint64
+
+	ctx    context.Context // ends when the lease is lost or the Ledger closes
+	cancel context.CancelCauseFunc
+
+	mu       sync.Mutex
+	lastSent time.Time // when the last successful holder write was sent
+	fence    *time.Timer
+	turn     context.CancelCauseFunc // the running turn's, if any
+	// started is the inbox sequence of the head event whose attempt this
+	// runner's last write counted (0: none), so the turn may start
+	// without another write.
+	started uint64
+	// lastErr is the failed attempt's error, recorded by the next write.
+	lastErr string
+	// cleanup are keys to delete once the next holder write has landed.
+	cleanup []string
+	// released is set once the lease was given up.
+	released bool
+}
+
+// ensureRunner starts a runner for gen unless this host runs one already.
+func (l *Ledger) ensureRunner(s *session, gen, started uint64, sent time.Time) {
+	// l.mu before s.mu, the order evictLocked takes them in.
+	l.mu.Lock()
+	if l.closed || l.opts.Passive {
+		l.mu.Unlock()
+		return
+	}
+	l.wg.Add(1)
+	l.mu.Unlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.run != nil && s.run.gen == gen {
+		l.wg.Done()
+		return
+	}
+	ctx, cancel := context.WithCancelCause(l.ctx)
+	r := &runner{l: l, s: s, gen: gen, ctx: ctx, cancel: cancel, lastSent: sent, started: started}
+	r.mu.Lock() // fenceCheck, which may fire at once, waits for r.fence
+	r.fence = time.AfterFunc(r.untilFence(), r.fenceCheck)
+	r.mu.Unlock()
+	s.run = r
+	l.stats.held.Add(1)
+	go r.loop()
+}
+
+// leaseSafe is how long after a renewal was sent the holder may still
+// start side effects: Lease × (1 − DriftAllowance).
+func (l *Ledger) leaseSafe() time.Duration {
+	return time.Duration(float64(l.opts.Lease) * (1 - l.opts.DriftAllowance))
+}
+
+// untilFence is the time left before self-fencing. Called with r.mu held or
+// before r is shared.
+func (r *runner) untilFence() time.Duration {
+	if r.lastSent.IsZero() {
+		return 0
+	}
+	return time.Until(r.lastSent.Add(r.l.leaseSafe()))
+}
+
+// fenceCheck runs when the self-fence deadline may have passed: it cancels
+// the running turn, so no new side effect starts on a lease that may be
+// gone.
+func (r *runner) fenceCheck() {
+	r.l.step("fence:timer")
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if d := r.untilFence(); d > 0 {
+		r.fence.Reset(d)
+		return
+	}
+	if r.turn != nil {
+		r.l.stats.selfFenced.Add(1)
+		r.turn(ErrSelfFenced)
+		r.turn = nil
+	}
+}
+
+// check reports whether a side effect may start now.
+func (r *runner) check() error {
+	if err := r.ctx.Err(); err != nil {
+		return context.Cause(r.ctx)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.untilFence() <= 0 {
+		return ErrSelfFenced
+	}
+	return nil
+}
+
+// renewed records a successful holder write sent at sent.
+func (r *runner) renewed(sent time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if sent.After(r.lastSent) {
+		r.lastSent = sent
+		r.fence.Reset(r.untilFence())
+	}
+}
+
+// lose ends the runner: the lease belongs to someone else now.
+func (r *runner) lose(err error) {
+	r.cancel(err)
+}
+
+// write applies a holder's change: it checks that this runner still holds
+// the lease (else a FencedError), counts the write as a renewal, and drops
+// turns already flushed from the control record.
+func (r *runner) write(ctx context.Context, step string, mutate mutation) (*control, error) {
+	var fenced *FencedError
+	c, sent, err := r.l.update(ctx, r.s, step, func(c *control) (*control, error) {
+		fenced = nil
+		if f := r.fenced(c); f != nil && !(step == "commit" && r.l.opts.test.commitNoFence) {
+			fenced = f
+			return nil, f
+		}
+		next, err := mutate(c)
+		if next == nil || err != nil {
+			return next, err
+		}
+		if next.Holder == r.l.opts.HostID && next.Gen == r.gen {
+			next.Renew++
+		}
+		next.dropFlushed(r.s.flushedThrough())
+		return next, nil
+	})
+	if err != nil {
+		if fenced != nil {
+			r.lose(fenced)
+		}
+		return c, err
+	}
+	if !sent.IsZero() {
+		r.renewed(sent)
+		r.mu.Lock()
+		keys := r.cleanup
+		r.cleanup = nil
+		r.mu.Unlock()
+		for _, k := range keys {
+			r.l.del(r.ctx, k)
+		}
+	}
+	return c, nil
+}
+
+// fenced returns the FencedError for c if this runner no longer holds it.
+func (r *runner) fenced(c *control) *FencedError {
+	if c != nil && c.Deleted == nil && c.Holder == r.l.opts.HostID && c.Gen == r.gen {
+		return nil
+	}
+	f := &FencedError{SessionID: r.s.id, Generation: r.gen}
+	if c != nil {
+		f.Current, f.Holder, f.Deleted = c.Gen, c.Holder, c.Deleted != nil
+	}
+	return f
+}
+
+// renewLoop renews the lease every Lease/3 (any holder write counts) until
+// the runner ends, independently of the turn.
+func (r *runner) renewLoop() {
+	every := r.l.opts.Lease / 3
+	for {
+		r.mu.Lock()
+		wait := time.Until(r.lastSent.Add(every))
+		r.mu.Unlock()
+		if err := sleepCtx(r.ctx, wait); err != nil {
+			return
+		}
+		r.l.step("renew:timer")
+		r.mu.Lock()
+		due := time.Since(r.lastSent) >= every
+		r.mu.Unlock()
+		if !due {
+			continue
+		}
+		_, err := r.write(r.ctx, "renew", func(c *control) (*control, error) { return c, nil })
+		if err != nil && r.ctx.Err() == nil {
+			r.l.log.Warn("ledger: lease renewal failed", "session", r.s.id, "err", err)
+			if serr := sleepCtx(r.ctx, every/4); serr != nil {
+				return
+			}
+		}
+	}
+}
+
+// loop runs turns until the inbox is empty and the lease released, or the
+// lease is lost, or the Ledger closes.
+func (r *runner) loop() {
+	defer r.l.wg.Done()
+	defer r.exit()
+	go r.renewLoop()
+	l := r.l
+	backoff := l.opts.RetryDelay
+	for r.ctx.Err() == nil {
+		if l.isClosed() {
+			return // exit hands the session over
+		}
+		c := r.s.snapshot()
+		if f := r.fenced(c); f != nil {
+			r.lose(f)
+			return
+		}
+		if err := r.flush(c); err != nil {
+			if r.ctx.Err() == nil {
+				l.log.Warn("ledger: writing committed turns failed", "session", r.s.id, "err", err)
+				r.pause(backoff)
+			}
+			continue
+		}
+		if len(c.Pending) == 0 {
+			if r.release() {
+				return
+			}
+			continue
+		}
+		head := c.Pending[0]
+		r.mu.Lock()
+		started, lastErr := r.started, r.lastErr
+		r.mu.Unlock()
+		if started != head.Seq {
+			if head.Attempts >= l.opts.MaxAttempts {
+				if err := r.deadLetter(head); err != nil && r.ctx.Err() == nil {
+					l.log.Warn("ledger: dead-lettering failed", "session", r.s.id, "event", head.ID, "err", err)
+					r.pause(backoff)
+				}
+				continue
+			}
+			var bumped bool
+			_, err := r.write(r.ctx, "attempt", func(c *control) (*control, error) {
+				bumped = false
+				if len(c.Pending) == 0 || c.Pending[0].Seq != head.Seq || c.Pending[0].Attempts >= l.opts.MaxAttempts {
+					return nil, nil
+				}
+				c.Pending[0].Attempts++
+				if lastErr != "" {
+					c.Pending[0].LastError = lastErr
+				}
+				bumped = true
+				return c, nil
+			})
+			if err == nil && bumped {
+				r.mu.Lock()
+				r.started, r.lastErr = head.Seq, ""
+				r.mu.Unlock()
+			} else if err != nil && r.ctx.Err() == nil {
+				r.pause(backoff)
+			}
+			continue
+		}
+		committed, err := r.runTurn(c, head)
+		if committed {
+			backoff = l.opts.RetryDelay
+			continue
+		}
+		if r.ctx.Err() != nil {
+			return
+		}
+		l.log.Warn("ledger: turn failed; the event will be tried again", "session", r.s.id, "event", head.ID, "attempt", head.Attempts, "err", err)
+		r.mu.Lock()
+		r.started = 0
+		r.lastErr = truncate(err.Error(), 512)
+		r.mu.Unlock()
+		r.pause(backoff)
+		backoff = min(backoff*2, l.opts.Lease)
+	}
+}
+
+// pause waits d, or until the runner ends or the Ledger closes.
+func (r *runner) pause(d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-r.ctx.Done():
+	case <-r.l.draining:
+	}
+}
+
+// exit hands the lease over when the Ledger closes, and forgets the runner.
+func (r *runner) exit() {
+	cause := context.Cause(r.ctx)
+	r.cancel(nil)
+	r.mu.Lock()
+	r.fence.Stop()
+	released := r.released
+	r.mu.Unlock()
+	if !released && !errors.Is(cause, ErrFenced) && !errors.Is(cause, errAbandoned) && r.l.isClosed() {
+		r.handOff()
+	}
+	r.s.mu.Lock()
+	if r.s.run == r {
+		r.s.run = nil
+		r.s.payloads = nil
+	}
+	r.s.mu.Unlock()
+	r.l.stats.held.Add(-1)
+}
+
+// handOff releases the lease with the inbox as it is, so another host's
+// janitor takes the session over at once instead of waiting for the lease
+// to run out.
+func (r *runner) handOff() {
+	ctx, cancel := context.WithTimeout(context.Background(), r.l.opTimeout())
+	defer cancel()
+	_, _, err := r.l.update(ctx, r.s, "handoff", func(c *control) (*control, error) {
+		if r.fenced(c) != nil {
+			return nil, nil
+		}
+		c.Holder = ""
+		c.Renew++
+		c.dropFlushed(r.s.flushedThrough())
+		return c, nil
+	})
+	if err != nil {
+		r.l.log.Warn("ledger: hand-off at close failed; another host takes the session over after the lease", "session", r.s.id, "err", err)
+	}
+}
+
+// release gives the lease up once the inbox is empty. It reports whether
+// the runner is done (released, or lost the lease).
+func (r *runner) release() bool {
+	l := r.l
+	if l.opts.test.releaseBlind {
+		return r.releaseBlind()
+	}
+	var released bool
+	_, err := r.write(r.ctx, "release", func(c *control) (*control, error) {
+		released = false
+		if len(c.Pending) > 0 {
+			return nil, nil // a delivery landed meanwhile: keep draining
+		}
+		c.Holder = ""
+		released = true
+		return c, nil
+	})
+	if err != nil {
+		if r.ctx.Err() == nil {
+			r.pause(l.opts.RetryDelay)
+		}
+		return r.ctx.Err() != nil
+	}
+	if released {
+		r.mu.Lock()
+		r.released = true
+		r.mu.Unlock()
+		r.cancel(nil)
+		return true
+	}
+	return false
+}
+
+// releaseBlind is the deliberately broken release the tests plant: a plain
+// put of the cached record with the holder cleared, checking neither the
+// inbox nor the version.
+func (r *runner) releaseBlind() bool {
+	c := r.s.snapshot()
+	if c == nil {
+		return true
+	}
+	c.Holder = ""
+	c.Renew++
+	c.dropFlushed(r.s.flushedThrough())
+	c.Write = randomHex(8)
+	c.Version = FormatVersion
+	err := r.l.put(r.ctx, r.s.key, mustJSON(c))
+	r.s.invalidate()
+	if err == nil {
+		r.mu.Lock()
+		r.released = true
+		r.mu.Unlock()
+		r.cancel(nil)
+	}
+	return err == nil || r.ctx.Err() != nil
+}
+
+// flush writes committed turns still carried by the control record to
+// their turns/{seq} keys. Only committed content is ever written there, and
+// always the same bytes for a sequence number, so a late or repeated flush
+// (by a paused host, say) changes nothing.
+func (r *runner) flush(c *control) error {
+	return r.l.flushTurns(r.ctx, r.s, c)
+}
+
+// flushTurns writes c's unflushed turns and records how far it got.
+func (l *Ledger) flushTurns(ctx context.Context, s *session, c *control) error {
+	for _, u := range c.Unflushed {
+		if u.Seq <= s.flushedThrough() {
+			continue
+		}
+		rec := u
+		if u.Ref != "" {
+			full, err := l.readOut(ctx, s.id, u)
+			if err != nil {
+				return err
+			}
+			rec = *full
+		}
+		rec.Session = s.id
+		l.step("flush")
+		if err := l.put(ctx, l.keys.turn(s.id, u.Seq), mustJSON(rec)); err != nil {
+			return err
+		}
+		s.mu.Lock()
+		s.flushed = max(s.flushed, u.Seq)
+		s.mu.Unlock()
+	}
+	return nil
+}
+
+// readOut reads the full record of a large committed turn: from its out/
+// key, or, once that is swept, from turns/{seq} (written before the out/
+// reference was dropped).
+func (l *Ledger) readOut(ctx context.Context, sid string, u turnRecord) (*turnRecord, error) {
+	data, err := l.get(ctx, l.keys.out(sid, u.Ref))
+	if err != nil {
+		return l.readTurnKey(ctx, sid, u.Seq)
+	}
+	t, err := decodeTurn(data)
+	if err != nil {
+		return nil, err
+	}
+	if t.TurnID != u.TurnID || t.Seq != u.Seq {
+		return nil, fmt.Errorf("%w: %s holds turn %s, not the committed %s", ErrFormat, l.keys.out(sid, u.Ref), t.TurnID, u.TurnID)
+	}
+	return t, nil
+}
+
+// deadLetter moves the head event to the dead-letter store: the record is
+// written first, then the event leaves the inbox by a holder write, so an
+// event is never in neither place.
+func (r *runner) deadLetter(head entry) error {
+	l := r.l
+	payload, err := l.payload(r.ctx, r.s, head)
+	if err != nil && !errors.Is(err, errMissingBlob) {
+		return err
+	}
+	l.step("deadletter:put")
+	rec := deadLetter{Version: FormatVersion, Session: r.s.id, EventID: head.ID, InboxSeq: head.Seq, Payload: payload,
+		Attempts: head.Attempts, LastError: head.LastError, Gen: r.gen, Holder: l.opts.HostID, At: time.Now().UTC()}
+	if rec.Payload == nil {
+		rec.Payload = json.RawMessage("null")
+	}
+	if err := l.createDeadLetter(r.ctx, l.keys.dlq(r.s.id, head.ID, head.Seq), rec); err != nil {
+		return err
+	}
+	var next uint64
+	_, err = r.write(r.ctx, "deadletter", func(c *control) (*control, error) {
+		next = 0
+		if len(c.Pending) == 0 || c.Pending[0].Seq != head.Seq {
+			return nil, nil
+		}
+		c.Pending = c.Pending[1:]
+		c.remember(recent{ID: head.ID, Dead: true, Inbox: head.Seq}, l.opts.DedupWindow)
+		next = startNext(c, l.opts.MaxAttempts)
+		return c, nil
+	})
+	if err != nil {
+		return err
+	}
+	l.stats.deadLettered.Add(1)
+	r.mu.Lock()
+	r.started = next
+	r.mu.Unlock()
+	if head.Blob != "" {
+		r.s.forgetPayload(head.Blob)
+		l.del(r.ctx, l.keys.blob(r.s.id, head.Blob))
+	}
+	return nil
+}
+
+// startNext counts an attempt on the new head event, if any and if it has
+// attempts left, so its turn starts without another write. It returns the
+// head's inbox sequence, or 0.
+func startNext(c *control, maxAttempts int) uint64 {
+	if len(c.Pending) == 0 || c.Pending[0].Attempts >= maxAttempts {
+		return 0
+	}
+	c.Pending[0].Attempts++
+	return c.Pending[0].Seq
+}
+
+var errMissingBlob = errors.New("ledger: payload blob missing")
+
+// payload returns an event's payload, reading its blob when it has one
+// (unless this host delivered it).
+func (l *Ledger) payload(ctx context.Context, s *session, e entry) (json.RawMessage, error) {
+	if e.Blob == "" {
+		return e.Inline, nil
+	}
+	if p, ok := s.takePayload(e.Blob); ok {
+		return p, nil
+	}
+	sid := s.id
+	data, err := l.get(ctx, l.keys.blob(sid, e.Blob))
+	if err != nil {
+		if isNotFound(err) {
+			return nil, fmt.Errorf("%w: %s (event %q)", errMissingBlob, l.keys.blob(sid, e.Blob), e.ID)
+		}
+		return nil, err
+	}
+	b, err := decodeBlob(data)
+	if err != nil {
+		return nil, err
+	}
+	return b.Payload, nil
+}
+
+// runTurn runs the Handler on the head event. It reports whether the turn
+// committed.
+func (r *runner) runTurn(c *control, head entry) (bool, error) {
+	l := r.l
+	payload, err := l.payload(r.ctx, r.s, head)
+	if err != nil {
+		return false, err
+	}
+	tctx, cancel := context.WithCancelCause(r.ctx)
+	defer cancel(nil)
+	r.mu.Lock()
+	r.turn = cancel
+	if r.untilFence() <= 0 {
+		cancel(ErrSelfFenced)
+	}
+	r.mu.Unlock()
+	defer func() {
+		r.mu.Lock()
+		r.turn = nil
+		r.mu.Unlock()
+	}()
+	t := &Turn{
+		SessionID: r.s.id, Seq: c.Commit + 1, Generation: r.gen, ID: randomHex(8),
+		Event: Event{ID: head.ID, Payload: payload}, InboxSeq: head.Seq, Attempt: head.Attempts,
+		LastError: head.LastError, r: r, head: head,
+	}
+	l.step("turn:start")
+	err = callHandler(tctx, l.opts.Handler, t)
+	if t.committed.Load() {
+		return true, nil
+	}
+	if err == nil {
+		err = errors.New("the handler returned without committing the turn")
+	}
+	if cause := context.Cause(tctx); cause != nil && tctx.Err() != nil {
+		err = fmt.Errorf("%w (turn context: %w)", err, cause)
+	}
+	return false, err
+}
+
+// callHandler runs h, turning a panic into an error so a failing handler
+// is a failed attempt, not a crash of the host.
+func callHandler(ctx context.Context, h Handler, t *Turn) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("handler panicked: %v\n%s", p, debug.Stack())
+		}
+	}()
+	return h(ctx, t)
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n]
+}
+
+// Turn is one turn the Handler runs: the event it consumes and the
+// sequence number it commits as.
+type Turn struct {
+	SessionID string
+	// Seq is the commit sequence this turn takes when it commits: the
+	// committed turns before it are 1..Seq-1.
+	Seq uint64
+	// Generation is the lease generation this host holds.
+	Generation uint64
+	// ID names this attempt; every attempt of a turn has a new one.
+	ID string
+	// Event is the consumed event.
+	Event Event
+	// InboxSeq is the event's place in the inbox.
+	InboxSeq uint64
+	// Attempt counts the turns started on this event, this one included.
+	Attempt int
+	// LastError is the previous attempt's error, when it was recorded.
+	LastError string
+
+	r         *runner
+	head      entry
+	committed atomic.Bool
+	commitMu  sync.Mutex
+}
+
+// IdempotencyKey returns the key of the turn's n-th side effect (a tool
+// call): "{sessionId}/{Seq}/{n}". A retried turn (after a crash or a
+// failed attempt) gets the same keys for the same calls, so a tool that
+// honours them does its work once.
+func (t *Turn) IdempotencyKey(n int) string {
+	return fmt.Sprintf("%s/%d/%d", t.SessionID, t.Seq, n)
+}
+
+// Check reports whether a side effect may start now: nil while this host
+// holds the lease with a renewal recent enough, ErrSelfFenced once
+// Lease × (1 − DriftAllowance) has passed since the last successful
+// renewal was sent, and the lease-loss error (matching ErrFenced) once
+// another host holds the session. Call it before every side effect.
+func (t *Turn) Check() error { return t.r.check() }
+
+// Committed is a turn in the committed transcript.
+type Committed struct {
+	SessionID string
+	// Seq is the turn's commit sequence number, from 1, without gaps.
+	Seq uint64
+	// Generation and Holder are the lease that committed it; TurnID the
+	// attempt.
+	Generation uint64
+	Holder     string
+	TurnID     string
+	// EventIDs are the events the turn consumed, in inbox order.
+	EventIDs []string
+	// Output is what the Handler committed.
+	Output []json.RawMessage
+	// At is the committing host's wall-clock time, for display.
+	At time.Time
+}
+
+func (t *turnRecord) committed(sid string) Committed {
+	return Committed{SessionID: sid, Seq: t.Seq, Generation: t.Gen, Holder: t.Holder, TurnID: t.TurnID,
+		EventIDs: t.EventIDs, Output: t.Output, At: t.At}
+}
+
+// Commit makes the turn's output part of the committed transcript and
+// consumes its event, in one compare-and-set of the control record that
+// succeeds only while this host holds the lease's generation. It fails
+// with an error matching ErrFenced when another host took the session over
+// (or it was deleted): the output is then discarded, and effects that
+// follow a turn (journal records, hooks) must not run. Each element of
+// output is one JSON value (an event of the turn). A turn commits once.
+func (t *Turn) Commit(ctx context.Context, output []json.RawMessage) (Committed, error) {
+	t.commitMu.Lock()
+	defer t.commitMu.Unlock()
+	if t.committed.Load() {
+		return Committed{}, errors.New("ledger: the turn is already committed")
+	}
+	for i, o := range output {
+		if !json.Valid(o) {
+			return Committed{}, fmt.Errorf("ledger: output element %d is not a JSON value", i)
+		}
+	}
+	r, l := t.r, t.r.l
+	if err := r.ctx.Err(); err != nil && !l.opts.test.commitNoFence {
+		cause := context.Cause(r.ctx)
+		if errors.Is(cause, ErrFenced) {
+			l.stats.fencedCommits.Add(1)
+		}
+		return Committed{}, cause
+	}
+	// The commit is fenced by the store, not by the clock: a turn whose
+	// context ended because renewal was overdue (ErrSelfFenced) may still
+	// commit, and the compare-and-set decides. Only a known loss of the
+	// lease, the runner's end or the caller's own cancellation stop it.
+	parent := r.ctx
+	if l.opts.test.commitNoFence {
+		parent = context.Background() // the broken variant ignores the lease altogether
+	}
+	ctx, cancel := commitContext(ctx, parent, l.opts.Lease)
+	defer cancel()
+	rec := turnRecord{Version: FormatVersion, Seq: t.Seq, Gen: t.Generation, Holder: l.opts.HostID, TurnID: t.ID,
+		EventIDs: []string{t.Event.ID}, InboxSeqs: []uint64{t.InboxSeq}, Output: output, At: time.Now().UTC()}
+	inControl := rec
+	if size := outputSize(output); size > l.opts.TurnInlineLimit {
+		ref := outRef(t.Seq, t.Generation, t.ID)
+		full := rec
+		full.Session = t.SessionID
+		l.step("commit:out")
+		if err := l.put(ctx, l.keys.out(t.SessionID, ref), mustJSON(full)); err != nil {
+			return Committed{}, err
+		}
+		inControl.Output, inControl.Ref = nil, ref
+	}
+	if t.head.Replayed {
+		// The event came back from the dead-letter store; its record is
+		// closed before the event is consumed, so it never stays in both.
+		if err := l.closeDeadLetter(ctx, t.SessionID, t.Event.ID, t.head.From, "replayed"); err != nil {
+			return Committed{}, err
+		}
+	}
+	var next uint64
+	var already bool
+	_, err := r.write(ctx, "commit", func(c *control) (*control, error) {
+		next, already = 0, false
+		if c.LastTurn == t.ID || (c.unflushed(t.Seq) != nil && c.unflushed(t.Seq).TurnID == t.ID) {
+			already = true // an earlier try with an unknown outcome landed
+			return nil, nil
+		}
+		idx := -1
+		for i := range c.Pending {
+			if c.Pending[i].Seq == t.InboxSeq {
+				idx = i
+				break
+			}
+		}
+		if l.opts.test.commitNoFence {
+			if idx >= 0 {
+				c.Pending = append(c.Pending[:idx:idx], c.Pending[idx+1:]...)
+			}
+			c.Commit++
+		} else {
+			if idx != 0 || c.Commit != t.Seq-1 {
+				return nil, fmt.Errorf("ledger: internal: committing turn %d of event %d but the record is at turn %d with head %v", t.Seq, t.InboxSeq, c.Commit, c.Pending)
+			}
+			c.Pending = c.Pending[1:]
+			c.Commit = t.Seq
+		}
+		c.LastTurn = t.ID
+		c.Updated = rec.At
+		c.Unflushed = append(c.Unflushed, inControl)
+		c.remember(recent{ID: t.Event.ID, Seq: t.Seq}, l.opts.DedupWindow)
+		next = startNext(c, l.opts.MaxAttempts)
+		return c, nil
+	})
+	if err != nil {
+		lost := errors.Is(err, ErrFenced) || errors.Is(context.Cause(r.ctx), ErrFenced)
+		if lost {
+			// An earlier try may have landed before the takeover.
+			if got, rerr := l.turnAt(context.WithoutCancel(ctx), t.SessionID, nil, t.Seq); rerr == nil && got.TurnID == t.ID {
+				err = nil
+				already = true
+			} else {
+				l.stats.fencedCommits.Add(1)
+				if !errors.Is(err, ErrFenced) {
+					err = fmt.Errorf("%w (%w)", context.Cause(r.ctx), err)
+				}
+			}
+		}
+		if err != nil {
+			return Committed{}, err
+		}
+	}
+	t.committed.Store(true)
+	l.stats.commits.Add(1)
+	r.mu.Lock()
+	r.started = next
+	if already {
+		r.started = 0
+	}
+	r.mu.Unlock()
+	if t.head.Blob != "" {
+		r.s.forgetPayload(t.head.Blob)
+		l.del(ctx, l.keys.blob(t.SessionID, t.head.Blob)) // consumed: no record references it now
+	}
+	// Flush now; a failure leaves the turn in the control record, and the
+	// next loop (or the next holder) writes it.
+	if c := r.s.snapshot(); c != nil && l.flushTurns(ctx, r.s, c) == nil && inControl.Ref != "" {
+		// The out/ copy goes once the write dropping its reference lands.
+		r.mu.Lock()
+		r.cleanup = append(r.cleanup, l.keys.out(t.SessionID, inControl.Ref))
+		r.mu.Unlock()
+	}
+	return rec.committed(t.SessionID), nil
+}
+
+// commitContext returns the context of a commit's writes: it ends with the
+// runner, after limit, or when the caller's context ends for any cause but
+// ErrSelfFenced.
+func commitContext(caller, runner context.Context, limit time.Duration) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithTimeoutCause(runner, limit, errors.New("ledger: commit took longer than the lease"))
+	if stopsCommit(caller) {
+		cancel()
+		return ctx, cancel
+	}
+	stop := context.AfterFunc(caller, func() {
+		if stopsCommit(caller) {
+			cancel()
+		}
+	})
+	return ctx, func() { stop(); cancel() }
+}
+
+// stopsCommit reports whether the caller's context has ended for a reason
+// that stops a commit: any but self-fencing, which stops side effects only.
+func stopsCommit(caller context.Context) bool {
+	return caller.Err() != nil && !errors.Is(context.Cause(caller), ErrSelfFenced)
+}
+
+func outputSize(output []json.RawMessage) int {
+	n := 2
+	for _, o := range output {
+		n += len(o) + 1
+	}
+	return n
+}
