@@ -43,7 +43,10 @@ type sessionMirror interface {
 	// ErrSessionNotFound (and is removed here). A store that does not
 	// answer lets the turn run from the local copy.
 	beforeTurn(ctx context.Context, st *sessionState, id string) error
-	// recorded is called after each event is recorded on local disk.
+	// created is called, under the turn lock, before the first turn of a
+	// session this host creates: no store can know the session yet.
+	created(st *sessionState, id string)
+	// recorded is called after events are recorded on local disk.
 	recorded(st *sessionState, id string)
 	// afterTurn writes what the store lacks of the session.
 	afterTurn(ctx context.Context, st *sessionState, id string)
@@ -207,6 +210,9 @@ func (mr *storeMirror) adopt(ctx context.Context, id string, l storage.Loaded) e
 	m := localMeta(l.Head.SessionMeta)
 	m.LastSeq = ms.MirroredSeq
 	n, err := r.db.Adopt(ctx, m, recs, ms, l.Head.Writer, r.now())
+	// The session's events changed under its cached conversation (events
+	// added, or replaced by others with the same numbers: a fork).
+	r.convs.drop(id)
 	if err != nil {
 		return fmt.Errorf("agent: taking session %s from the store: %w", id, err)
 	}
@@ -220,6 +226,13 @@ func (mr *storeMirror) adopt(ctx context.Context, id string, l storage.Loaded) e
 		r.logger(id).Info("agent: took the turns other hosts committed from the store", slog.Int("events", len(recs)), slog.String("writer", l.Head.Writer))
 	}
 	return nil
+}
+
+// created implements sessionMirror: a new session has no head.
+func (mr *storeMirror) created(st *sessionState, _ string) {
+	st.mirror.Lock()
+	st.known = &storage.KnownHead{}
+	st.mirror.Unlock()
 }
 
 // recorded implements sessionMirror: it (re)starts the debounce timer of

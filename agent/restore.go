@@ -135,6 +135,7 @@ func (mr *storeMirror) importSession(ctx context.Context, id string) (int64, err
 	m := localMeta(l.Head.SessionMeta)
 	m.LastSeq = ms.MirroredSeq
 	m.MirroredSeq, m.Batches, m.IndexKey, m.TokenMirrored = ms.MirroredSeq, ms.Batch, ms.IndexKey, true
+	r.convs.drop(id)
 	if _, err := r.db.ImportMirrored(ctx, m, recs, ms); err != nil {
 		return l.Bytes, err
 	}

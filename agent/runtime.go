@@ -42,6 +42,8 @@ type Runtime struct {
 	mirror sessionMirror
 	// hostID names this host in what it writes to the store.
 	hostID string
+	// convs caches active sessions' conversations.
+	convs *conversationCache
 	policy Policy
 	log    *slog.Logger
 	obs    Observer
@@ -121,6 +123,7 @@ func Open(ctx context.Context, cfg Config) (*Runtime, error) {
 		now:      cfg.Now,
 		sessions: map[string]*sessionState{},
 		subs:     map[string]map[*subscriber]struct{}{},
+		convs:    newConversationCache(conversationCacheBytes, conversationIdle),
 	}
 	if r.maxSteps == 0 {
 		r.maxSteps = DefaultMaxSteps
@@ -191,8 +194,28 @@ func Open(ctx context.Context, cfg Config) (*Runtime, error) {
 	r.reminders.start(r)
 	r.startActors(ctx)
 	r.mirror.start(r.bg)
+	r.sweepConversations(r.bg)
 	ok = true
 	return r, nil
+}
+
+// sweepConversations evicts idle conversations from the cache until ctx
+// ends.
+func (r *Runtime) sweepConversations(ctx context.Context) {
+	r.bgWG.Add(1)
+	go func() {
+		defer r.bgWG.Done()
+		tick := time.NewTicker(conversationIdle / 4)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+				r.convs.sweep(r.now())
+			}
+		}
+	}()
 }
 
 // checkAgent validates the agent definition.
