@@ -43,7 +43,7 @@ type Runtime struct {
 	// hostID names this host in what it writes to the store.
 	hostID string
 	// convs caches active sessions' conversations.
-	convs *conversationCache
+	convs  *conversationCache
 	policy Policy
 	log    *slog.Logger
 	obs    Observer

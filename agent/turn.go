@@ -384,4 +384,3 @@ func systemPrompt(instructions, note string) string {
 	parts := slices.DeleteFunc([]string{strings.TrimSpace(instructions), note}, func(s string) bool { return s == "" })
 	return strings.Join(parts, "\n\n")
 }
-
