@@ -106,10 +106,10 @@ func checkBatchAllOrNothing(t testing.TB, s *suite) {
 	}
 	put(t, db, "all/moved", []byte("m1"))
 	cases := []struct {
-		name    string
-		ops     []kv.BatchOp
-		index   int
-		exists  bool
+		name   string
+		ops    []kv.BatchOp
+		index  int
+		exists bool
 	}{
 		{
 			name: "a PutIfAbsent of an existing key last",

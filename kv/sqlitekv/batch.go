@@ -55,4 +55,3 @@ func (s *store) WriteBatch(ctx context.Context, ops []kv.BatchOp) (_ []kv.Versio
 	}
 	return vers, nil
 }
-
