@@ -162,7 +162,7 @@ type batchBackend struct {
 
 func (b batchBackend) Put(ctx context.Context, k string, v []byte) error { return b.f.Put(ctx, k, v) }
 func (b batchBackend) Get(ctx context.Context, k string) ([]byte, error) { return b.f.Get(ctx, k) }
-func (b batchBackend) Delete(ctx context.Context, k string) error       { return b.f.Delete(ctx, k) }
+func (b batchBackend) Delete(ctx context.Context, k string) error        { return b.f.Delete(ctx, k) }
 func (b batchBackend) List(ctx context.Context, p string) iter.Seq2[kv.Entry, error] {
 	return b.f.List(ctx, p)
 }
