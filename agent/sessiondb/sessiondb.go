@@ -70,6 +70,9 @@ type DB struct {
 
 	stmtMu sync.Mutex
 	stmts  map[string]*sql.Stmt // prepared on db, for reads
+
+	storeMu sync.Mutex
+	store   *Store // the embedded store (Store), once used
 }
 
 // maxReaders bounds the reading connections.
@@ -140,6 +143,9 @@ func Open(ctx context.Context, path string) (*DB, error) {
 // Close waits for the writes in progress, then closes the database.
 func (d *DB) Close() error {
 	err := d.w.close()
+	if d.store != nil {
+		err = errors.Join(err, d.store.r.Close())
+	}
 	d.stmtMu.Lock()
 	for _, st := range d.stmts {
 		err = errors.Join(err, st.Close())

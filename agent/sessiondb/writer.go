@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+
+	"agentkit/kv/sqlitekv"
 )
 
 // maxGroup bounds how many writes one transaction of the writer carries.
@@ -30,6 +32,7 @@ const maxGroup = 256
 type writer struct {
 	conn  *sql.Conn
 	stmts map[string]*sql.Stmt // prepared on conn; used by the goroutine only
+	kv    *sqlitekv.Embedded   // the embedded store on conn (DB.Store), or nil
 
 	mu     sync.RWMutex // guards closed against sends on reqs
 	closed bool
@@ -84,6 +87,9 @@ func (w *writer) close() error {
 	w.mu.Unlock()
 	<-w.done
 	var errs []error
+	if w.kv != nil {
+		errs = append(errs, w.kv.Close())
+	}
 	for _, st := range w.stmts {
 		errs = append(errs, st.Close())
 	}
@@ -252,6 +258,22 @@ func (tx *Tx) Context() context.Context { return tx.ctx }
 // own in the session database (the embedded store). Statements on it run
 // inside the write's transaction.
 func (tx *Tx) Conn() *sql.Conn { return tx.w.conn }
+
+// Savepoint runs fn inside a savepoint of the write: when fn fails, what
+// it wrote is rolled back and the rest of the write is kept.
+func (tx *Tx) Savepoint(fn func() error) error {
+	if _, err := tx.w.conn.ExecContext(tx.ctx, "SAVEPOINT part"); err != nil {
+		return err
+	}
+	err := fn()
+	if err != nil {
+		_, _ = tx.w.conn.ExecContext(tx.ctx, "ROLLBACK TO part")
+	}
+	if _, rerr := tx.w.conn.ExecContext(tx.ctx, "RELEASE part"); rerr != nil && err == nil {
+		err = rerr
+	}
+	return err
+}
 
 func (tx *Tx) exec(q string, args ...any) (sql.Result, error) {
 	st, err := tx.w.stmt(tx.ctx, q)
