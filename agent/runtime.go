@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -34,7 +33,11 @@ type Runtime struct {
 	root     *stateroot.Root
 	db       *sessiondb.DB
 	binding  *storage.Binding // the store, observed once (kv.DB.WithObserver)
-	ownStore *kv.DB           // the default store, closed by Close
+	storeObs kv.Observer      // the binding's observer
+	// embedded is the default store, inside the session database (nil
+	// when Config.Store names another): the mirror then commits a turn in
+	// the transaction of its last events.
+	embedded *sessiondb.Store
 	caps     kv.Capabilities
 	// agentStore is the agent's records in the store.
 	agentStore *storage.AgentStore
@@ -149,7 +152,7 @@ func Open(ctx context.Context, cfg Config) (*Runtime, error) {
 	if r.root, err = stateroot.Open(cfg.StateRoot); err != nil {
 		return nil, err
 	}
-	if r.db, err = sessiondb.Open(ctx, filepath.Join(r.root.Path(stateroot.SessionsDir), "sessions.db")); err != nil {
+	if r.db, err = sessiondb.Open(ctx, r.root.SessionsPath()); err != nil {
 		return nil, err
 	}
 	if r.files, err = os.OpenRoot(r.root.Path(stateroot.FilesDir)); err != nil {
@@ -270,7 +273,7 @@ func (r *Runtime) Info() Info {
 		StateRoot:     r.root.Dir(),
 		MaxSteps:      r.maxSteps,
 		Storage:       r.binding.Report(),
-		DefaultStore:  r.ownStore != nil,
+		DefaultStore:  r.embedded != nil,
 		Memory:        r.mem.Enabled(),
 		JournalPath:   r.mem.WorkspaceJournalPath(),
 		MirrorDropped: failed,
@@ -331,9 +334,6 @@ func (r *Runtime) release() error {
 	var errs []error
 	if r.mem != nil {
 		errs = append(errs, r.mem.Close())
-	}
-	if r.ownStore != nil {
-		errs = append(errs, r.ownStore.Close())
 	}
 	if r.actors != nil {
 		errs = append(errs, r.actors.Close())

@@ -112,3 +112,42 @@ func (s *Store) List(ctx context.Context, prefix string) iter.Seq2[kv.Entry, err
 func (s *Store) ListKeys(ctx context.Context, prefix string) iter.Seq2[string, error] {
 	return s.r.ListKeys(ctx, prefix)
 }
+
+// ImportStore copies every key of the SQLite store file at path (a store
+// of the SQLite driver: the default store of a format-1 state root) into
+// the embedded store, with its version, and raises the embedded store's
+// version counter to the file's, so no version is ever issued twice for a
+// key. Keys already here are replaced by the file's: copying again after
+// an interruption gives the same result. Store must have been called.
+// It runs before anything else writes the database.
+func (d *DB) ImportStore(ctx context.Context, path string) error {
+	conn, err := d.db.Conn(ctx)
+	if err != nil {
+		return fmt.Errorf("sessiondb: %w", err)
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(ctx, `ATTACH DATABASE ? AS old`, "file:"+path+"?mode=ro"); err != nil {
+		return fmt.Errorf("sessiondb: opening %s: %w", path, err)
+	}
+	defer conn.ExecContext(context.WithoutCancel(ctx), `DETACH DATABASE old`)
+	if _, err := conn.ExecContext(ctx, `BEGIN IMMEDIATE`); err != nil {
+		return fmt.Errorf("sessiondb: %w", err)
+	}
+	for _, q := range []string{
+		`INSERT OR REPLACE INTO main.kv (key, value, version) SELECT key, value, version FROM old.kv`,
+		`UPDATE main.kv_meta SET last_version = max(
+			(SELECT last_version FROM main.kv_meta WHERE id = 1),
+			(SELECT last_version FROM old.kv_meta WHERE id = 1),
+			(SELECT COALESCE(MAX(version), 0) FROM main.kv)) WHERE id = 1`,
+	} {
+		if _, err := conn.ExecContext(ctx, q); err != nil {
+			conn.ExecContext(context.WithoutCancel(ctx), `ROLLBACK`)
+			return fmt.Errorf("sessiondb: copying the store at %s: %w", path, err)
+		}
+	}
+	if _, err := conn.ExecContext(ctx, `COMMIT`); err != nil {
+		conn.ExecContext(context.WithoutCancel(ctx), `ROLLBACK`)
+		return fmt.Errorf("sessiondb: copying the store at %s: %w", path, err)
+	}
+	return nil
+}
