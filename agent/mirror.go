@@ -48,8 +48,11 @@ type sessionMirror interface {
 	created(st *sessionState, id string)
 	// recorded is called after events are recorded on local disk.
 	recorded(st *sessionState, id string)
-	// afterTurn writes what the store lacks of the session.
-	afterTurn(ctx context.Context, st *sessionState, id string)
+	// endTurn writes a turn's last events with write, adding to that
+	// transaction what the mirror wants written with them (extra), then
+	// writes what the store lacks of the session. A failed write is
+	// returned: the turn fails. The store's failures are kept and retried.
+	endTurn(ctx context.Context, st *sessionState, id string, write func(extra func(*sessiondb.Tx) error) error) error
 	// deleteSession deletes the session from the store for every host.
 	deleteSession(ctx context.Context, m sessiondb.Meta) error
 	// load loads a session that is not on local disk (ErrSessionNotFound
@@ -260,9 +263,22 @@ func (mr *storeMirror) recorded(st *sessionState, id string) {
 	})
 }
 
-// afterTurn implements sessionMirror: it stops the debounce timer and
-// flushes, under the turn lock.
-func (mr *storeMirror) afterTurn(ctx context.Context, st *sessionState, id string) {
+// endTurn implements sessionMirror: it stops the debounce timer and,
+// holding the session's mirror lock, writes the turn's last events with
+// the mirror's part of them:
+//
+//   - with the embedded default store (in the session database), the
+//     whole commit of the turn's events (batch, head, copies, mirror state)
+//     goes in the events' own transaction: one commit, one fsync, for the
+//     turn's events and their copy in the store;
+//   - with another store, the pending commit (its batch id, last event and
+//     metadata) is recorded with the events, so it is known before it can
+//     reach the store (an answer lost with the process is then never taken
+//     for another host's write), and the commit follows.
+//
+// A session with an earlier commit still unsettled (a pending commit, or
+// owed copies) goes the general way: flush after the write.
+func (mr *storeMirror) endTurn(ctx context.Context, st *sessionState, id string, write func(extra func(*sessiondb.Tx) error) error) error {
 	r := mr.r
 	r.mu.Lock()
 	if st.timer != nil {
@@ -270,8 +286,106 @@ func (mr *storeMirror) afterTurn(ctx context.Context, st *sessionState, id strin
 		st.timer = nil
 	}
 	r.mu.Unlock()
-	mr.flush(ctx, st, id, true)
+	st.mirror.Lock()
+	defer st.mirror.Unlock()
+	var committed bool // the commit went in the events' transaction
+	var fresh string   // the pending commit recorded with the events
+	err := write(func(tx *sessiondb.Tx) error {
+		m, ms, err := tx.Mirror(id)
+		if err != nil || ms.PendingID != "" || !ms.Settled() || m.LastSeq <= ms.MirroredSeq {
+			return nil // flushed the general way below
+		}
+		if r.embedded != nil {
+			committed = mr.commitInTx(ctx, tx, st, m, ms)
+			return nil
+		}
+		if !r.caps.Get {
+			return nil
+		}
+		req, err := mr.newCommit(m, &ms)
+		if err != nil {
+			return nil
+		}
+		if err := tx.SetMirror(id, ms); err != nil {
+			return err
+		}
+		fresh = req.BatchID
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if committed {
+		mr.setBacklog(id, false)
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, mirrorTimeout)
+	defer cancel()
+	mr.setBacklog(id, mr.commit(ctx, st, id, true, fresh))
+	return nil
 }
+
+// commitInTx commits a session's new events to the embedded default store
+// inside tx, the session database's transaction that wrote them: the
+// record layer's Commit through the store as tx sees it (one atomic batch:
+// the event batch, the head, the metadata, the index entry, the token),
+// then the mirror state. It reports whether it committed; anything else
+// (another writer's head, a tombstone, an error) leaves tx as it was, and
+// the session to the general flush.
+func (mr *storeMirror) commitInTx(ctx context.Context, tx *sessiondb.Tx, st *sessionState, m sessiondb.Meta, ms sessiondb.MirrorState) bool {
+	r := mr.r
+	db, err := r.txStore(tx)
+	if err != nil {
+		return false
+	}
+	var res storage.CommitResult
+	err = tx.Savepoint(func() error {
+		recs, err := tx.Range(m.ID, ms.MirroredSeq+1, m.LastSeq)
+		if err != nil {
+			return err
+		}
+		req := storage.CommitRequest{
+			Writer: r.hostID, Base: storage.BatchRef{Number: ms.Batch, ID: ms.BatchID},
+			Meta: storeMeta(m, 0), BatchID: storage.NewBatchID(), Known: st.known,
+			Copies: &storage.Copies{PrevIndexKey: ms.IndexKey},
+		}
+		if !ms.TokenMirrored {
+			req.Copies.Token = m.Token
+		}
+		for _, rec := range recs {
+			req.Events = append(req.Events, rec.Data)
+		}
+		if len(req.Events) == 0 {
+			return errNothingToCommit
+		}
+		if res, err = mr.sessions.On(db).Commit(ctx, req); err != nil {
+			return err
+		}
+		if res.Outcome != storage.Committed || !res.Copied {
+			return errNotCommitted
+		}
+		ms.MirroredSeq, ms.Batch, ms.BatchID = m.LastSeq, res.Batch.Number, res.Batch.ID
+		ms.IndexKey, ms.MetaSeq, ms.TokenMirrored = res.IndexKey, m.LastSeq, true
+		return tx.SetMirror(m.ID, ms)
+	})
+	if err != nil {
+		if !errors.Is(err, errNotCommitted) && !errors.Is(err, errNothingToCommit) {
+			r.logger(m.ID).Warn("agent: mirror: committing with the turn's events failed; committed after them", "error", err)
+		}
+		st.known = nil
+		return false
+	}
+	st.known = nil
+	if res.Version != "" {
+		st.known = &storage.KnownHead{Head: res.Head, Version: res.Version}
+	}
+	return true
+}
+
+var (
+	errNotCommitted    = errors.New("agent: the commit did not land in the events' transaction")
+	errNothingToCommit = errors.New("agent: no events to commit")
+)
 
 // flush writes what the store lacks of a session and records whether it
 // still lacks something (the backlog). locked says the caller holds the
@@ -283,7 +397,7 @@ func (mr *storeMirror) flush(ctx context.Context, st *sessionState, id string, l
 	defer st.mirror.Unlock()
 	ctx, cancel := context.WithTimeout(ctx, mirrorTimeout)
 	defer cancel()
-	mr.setBacklog(id, mr.commit(ctx, st, id, locked))
+	mr.setBacklog(id, mr.commit(ctx, st, id, locked, ""))
 }
 
 // commit commits the session's events not yet in the store, batch by
@@ -294,8 +408,10 @@ func (mr *storeMirror) flush(ctx context.Context, st *sessionState, id string, l
 // A committed batch is saved locally with the next write of the mirror
 // state (the next batch's pending record, or the metadata's), not on its
 // own: if the process stops in between, the pending record it still holds
-// is retried and found landed.
-func (mr *storeMirror) commit(ctx context.Context, st *sessionState, id string, locked bool) (owes bool) {
+// is retried and found landed. fresh names a pending commit recorded by
+// this process that never reached the store: it is its first attempt, not
+// a retry, so the head the turn read before it is used.
+func (mr *storeMirror) commit(ctx context.Context, st *sessionState, id string, locked bool, fresh string) (owes bool) {
 	r := mr.r
 	log := r.logger(id)
 	m, ms, err := r.db.Mirror(ctx, id)
@@ -329,6 +445,9 @@ func (mr *storeMirror) commit(ctx context.Context, st *sessionState, id string, 
 			return owes
 		}
 		dirty = false // nextCommit saved ms with the new pending batch
+		if fresh != "" && req.BatchID == fresh {
+			req.Retry = false
+		}
 		req.Known = st.known
 		res, err := mr.sessions.Commit(ctx, req)
 		st.known = nil
@@ -340,6 +459,9 @@ func (mr *storeMirror) commit(ctx context.Context, st *sessionState, id string, 
 		case storage.Committed:
 			ms.MirroredSeq, ms.Batch, ms.BatchID = ms.PendingSeq, res.Batch.Number, res.Batch.ID
 			ms.PendingID, ms.PendingSeq, ms.PendingMeta = "", 0, nil
+			if res.Copied {
+				ms.IndexKey, ms.MetaSeq, ms.TokenMirrored = res.IndexKey, ms.MirroredSeq, true
+			}
 			dirty = true
 			if res.Version != "" {
 				st.known = &storage.KnownHead{Head: res.Head, Version: res.Version}
@@ -389,29 +511,35 @@ func known(l storage.Loaded) *storage.KnownHead {
 // nextCommit builds the next commit of a session: the pending one, retried
 // exactly as it was, or a new batch of the events after the last
 // committed one, recorded as pending before it can reach the store. ok is
-// false when there is nothing to commit.
+// false when there is nothing to commit. On a store with the batch
+// capability the commit carries the session's copies (metadata, index
+// entry, token) when every earlier one is in the store.
 func (mr *storeMirror) nextCommit(ctx context.Context, m sessiondb.Meta, ms *sessiondb.MirrorState) (storage.CommitRequest, bool, error) {
 	r := mr.r
-	req := storage.CommitRequest{Writer: r.hostID, Base: storage.BatchRef{Number: ms.Batch, ID: ms.BatchID}}
+	var req storage.CommitRequest
 	switch {
 	case ms.PendingID != "":
+		req = storage.CommitRequest{Writer: r.hostID, Base: storage.BatchRef{Number: ms.Batch, ID: ms.BatchID}}
 		if err := json.Unmarshal(ms.PendingMeta, &req.Meta); err != nil {
 			return req, false, fmt.Errorf("the pending commit's metadata is damaged: %w", err)
 		}
 		req.BatchID, req.Retry = ms.PendingID, true
 	case m.LastSeq > ms.MirroredSeq:
-		req.Meta = storeMeta(m, 0)
-		req.BatchID = storage.NewBatchID()
-		meta, err := json.Marshal(req.Meta)
-		if err != nil {
+		var err error
+		if req, err = mr.newCommit(m, ms); err != nil {
 			return req, false, err
 		}
-		ms.PendingID, ms.PendingSeq, ms.PendingMeta = req.BatchID, m.LastSeq, meta
 		if err := r.db.SetMirror(ctx, m.ID, *ms); err != nil {
 			return req, false, err
 		}
 	default:
 		return req, false, nil
+	}
+	if r.caps.Batch && ms.Settled() {
+		req.Copies = &storage.Copies{PrevIndexKey: ms.IndexKey}
+		if !ms.TokenMirrored {
+			req.Copies.Token = m.Token
+		}
 	}
 	recs, err := r.db.Range(ctx, m.ID, ms.MirroredSeq+1, ms.PendingSeq)
 	if err != nil {
@@ -424,6 +552,22 @@ func (mr *storeMirror) nextCommit(ctx context.Context, m sessiondb.Meta, ms *ses
 		return req, false, fmt.Errorf("events %d to %d of the pending commit are not on local disk", ms.MirroredSeq+1, ms.PendingSeq)
 	}
 	return req, true, nil
+}
+
+// newCommit starts a new commit of the session's events after the last
+// committed one: it sets ms's pending commit (a new batch id, the last
+// event, the metadata), for the caller to save before the commit can reach
+// the store.
+func (mr *storeMirror) newCommit(m sessiondb.Meta, ms *sessiondb.MirrorState) (storage.CommitRequest, error) {
+	req := storage.CommitRequest{Writer: mr.r.hostID, Base: storage.BatchRef{Number: ms.Batch, ID: ms.BatchID}}
+	req.Meta = storeMeta(m, 0)
+	req.BatchID = storage.NewBatchID()
+	meta, err := json.Marshal(req.Meta)
+	if err != nil {
+		return req, err
+	}
+	ms.PendingID, ms.PendingSeq, ms.PendingMeta = req.BatchID, m.LastSeq, meta
+	return req, nil
 }
 
 // writeRecords writes the session's metadata, index entry and token when

@@ -165,10 +165,9 @@ func (r *Runtime) runTurn(ctx context.Context, req turnRequest) (TurnResult, err
 	if err := t.record(Event{Type: EventTurnFinished, Status: status, Result: result, Usage: &u, DurationMS: dur.Milliseconds()}); err != nil {
 		return TurnResult{}, err
 	}
-	if err := t.flush(); err != nil {
+	if err := r.mirror.endTurn(wctx, st, m.ID, t.flushWith); err != nil {
 		return TurnResult{}, err
 	}
-	r.mirror.afterTurn(wctx, st, m.ID)
 	r.afterTurn(wctx, TurnInfo{
 		AgentName: r.agent.Name, StateRoot: r.root.Dir(),
 		SessionID: m.ID, ChannelID: m.ChannelID, Title: m.Title,
@@ -339,8 +338,13 @@ func (t *turn) record(ev Event) error {
 // is never published before it is on disk. A failed write fails the turn:
 // its pending events were never published, and the conversation is
 // dropped so that the next turn rebuilds it from what is on disk.
-func (t *turn) flush() error {
-	if len(t.pending) == 0 {
+func (t *turn) flush() error { return t.flushWith(nil) }
+
+// flushWith is flush, running extra (when set) in the same transaction
+// after the events are written: the mirror's part of a turn's last write
+// (sessionMirror.endTurn).
+func (t *turn) flushWith(extra func(tx *sessiondb.Tx) error) error {
+	if len(t.pending) == 0 && extra == nil {
 		return nil
 	}
 	r := t.r
@@ -350,12 +354,22 @@ func (t *turn) flush() error {
 				return err
 			}
 		}
-		return tx.Record(t.meta, t.recs...)
+		if err := tx.Record(t.meta, t.recs...); err != nil {
+			return err
+		}
+		if extra != nil {
+			return extra(tx)
+		}
+		return nil
 	})
 	if err != nil {
 		r.convs.drop(t.meta.ID)
 		t.conv = nil
-		return fmt.Errorf("agent: recording the %s event of session %s: %w", t.pending[0].Type, t.meta.ID, err)
+		what := "the state"
+		if len(t.pending) > 0 {
+			what = "the " + t.pending[0].Type + " event"
+		}
+		return fmt.Errorf("agent: recording %s of session %s: %w", what, t.meta.ID, err)
 	}
 	for _, ev := range t.pending {
 		r.publish(ev)

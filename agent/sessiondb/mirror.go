@@ -61,6 +61,13 @@ type MirrorState struct {
 	PendingMeta []byte
 }
 
+// Settled reports whether everything up to the last committed batch is in
+// the store: its metadata and index entry, and the token once a batch is.
+// A pending commit is not looked at.
+func (s MirrorState) Settled() bool {
+	return s.MetaSeq >= s.MirroredSeq && (s.TokenMirrored || s.MirroredSeq == 0)
+}
+
 // Owes reports whether the store lacks something of the session, given its
 // last event: events, a pending commit, the metadata, the index entry or
 // the token.

@@ -52,7 +52,7 @@ type writeCounter struct {
 // StoreOp counts the writes.
 func (c *writeCounter) StoreOp(op string, _ time.Duration, _ error) {
 	switch op {
-	case "put", "delete", "put_if_absent", "put_if_version":
+	case "put", "delete", "put_if_absent", "put_if_version", "write_batch":
 		c.mu.Lock()
 		c.n++
 		c.mu.Unlock()
