@@ -69,6 +69,12 @@ type sessionMirror interface {
 	// start runs background work (the retry of failed writes) until ctx
 	// ends; Open calls it once.
 	start(ctx context.Context)
+	// forget drops what the mirror keeps in memory of a session removed
+	// here.
+	forget(id string)
+	// save writes the mirror state kept in memory (all of it when wait is
+	// set: Close calls it once no turn runs).
+	save(ctx context.Context, wait bool)
 	// stats reports the failed writes, the sessions in the backlog and
 	// the forks since Open.
 	stats() (failed int64, backlog int, forks int64)
@@ -90,12 +96,26 @@ type storeMirror struct {
 	mu      sync.Mutex
 	backlog map[string]bool // sessions the store lacks something of
 	wake    chan struct{}
+	// unsaved holds, per session, a mirror state whose commit reached the
+	// store but is not yet written to the local database: it goes with the
+	// session's next local write of its mirror state (the next turn's last
+	// write), or with the background saver's (saveInterval, grouping every
+	// session waiting), or at Close. Until then it is the session's mirror
+	// state (state reads it). Losing it (a crash) leaves the pending commit
+	// recorded before the commit, which the next flush retries and finds
+	// landed. An entry is read and changed only under its session's
+	// mirror lock; mu guards the map.
+	unsaved map[string]sessiondb.MirrorState
 }
+
+// saveInterval is how long a committed mirror state waits in memory for
+// the session's next write before the background saver writes it.
+const saveInterval = time.Second
 
 var _ sessionMirror = (*storeMirror)(nil)
 
 func newStoreMirror(r *Runtime, sessions *storage.Sessions) *storeMirror {
-	return &storeMirror{r: r, sessions: sessions, backlog: map[string]bool{}, wake: make(chan struct{}, 1)}
+	return &storeMirror{r: r, sessions: sessions, backlog: map[string]bool{}, wake: make(chan struct{}, 1), unsaved: map[string]sessiondb.MirrorState{}}
 }
 
 // storeMeta is a session row as the store's metadata, naming batch.
@@ -125,7 +145,11 @@ func records(id string, batches []storage.Batch) ([]sessiondb.Record, int64, err
 	var last int64
 	for _, b := range batches {
 		for _, raw := range b.Events {
-			var ev Event
+			var ev struct {
+				Seq  int64     `json:"seq"`
+				Type string    `json:"type"`
+				At   time.Time `json:"at"`
+			}
 			if err := json.Unmarshal(raw, &ev); err != nil || ev.Seq <= 0 {
 				return nil, 0, fmt.Errorf("%w: an event in batch %d of session %s is damaged", ErrStoreUnavailable, b.Number, id)
 			}
@@ -136,6 +160,93 @@ func records(id string, batches []storage.Batch) ([]sessiondb.Record, int64, err
 	slices.SortFunc(recs, func(a, b sessiondb.Record) int { return int(a.Seq - b.Seq) })
 	recs = slices.CompactFunc(recs, func(a, b sessiondb.Record) bool { return a.Seq == b.Seq })
 	return recs, last, nil
+}
+
+// state returns a session's row and mirror state: the local database's,
+// or the state kept in memory since its last commit (unsaved). The caller
+// holds the session's mirror lock.
+func (mr *storeMirror) state(ctx context.Context, id string) (sessiondb.Meta, sessiondb.MirrorState, error) {
+	m, ms, err := mr.r.db.Mirror(ctx, id)
+	if err != nil {
+		return m, ms, err
+	}
+	if u, ok := mr.unsavedState(id); ok {
+		ms = u
+		m.MirroredSeq, m.Batches, m.IndexKey, m.TokenMirrored = u.MirroredSeq, u.Batch, u.IndexKey, u.TokenMirrored
+	}
+	return m, ms, nil
+}
+
+func (mr *storeMirror) unsavedState(id string) (sessiondb.MirrorState, bool) {
+	mr.mu.Lock()
+	defer mr.mu.Unlock()
+	u, ok := mr.unsaved[id]
+	return u, ok
+}
+
+// keep holds a committed mirror state in memory until it is saved.
+func (mr *storeMirror) keep(id string, ms sessiondb.MirrorState) {
+	mr.mu.Lock()
+	mr.unsaved[id] = ms
+	mr.mu.Unlock()
+}
+
+// forget implements sessionMirror.
+func (mr *storeMirror) forget(id string) { mr.saved(id) }
+
+// saved forgets the state kept in memory: the local database has it (or a
+// newer one), or the session is gone.
+func (mr *storeMirror) saved(id string) {
+	mr.mu.Lock()
+	delete(mr.unsaved, id)
+	mr.mu.Unlock()
+}
+
+// save implements sessionMirror: it writes the mirror states kept in
+// memory, of every session whose mirror lock it gets (all of them when
+// wait is set), in one write of the local database.
+func (mr *storeMirror) save(ctx context.Context, wait bool) {
+	r := mr.r
+	mr.mu.Lock()
+	ids := make([]string, 0, len(mr.unsaved))
+	for id := range mr.unsaved {
+		ids = append(ids, id)
+	}
+	mr.mu.Unlock()
+	if len(ids) == 0 {
+		return
+	}
+	slices.Sort(ids)
+	states := map[string]sessiondb.MirrorState{}
+	for _, id := range ids {
+		st, unref := r.refSession(id)
+		if wait {
+			st.mirror.Lock()
+		} else if !st.mirror.TryLock() {
+			unref()
+			continue // a flush of the session is under way: it saves the state
+		}
+		defer unref()
+		defer st.mirror.Unlock()
+		if ms, ok := mr.unsavedState(id); ok {
+			states[id] = ms
+		}
+	}
+	err := r.db.Write(ctx, func(tx *sessiondb.Tx) error {
+		for id, ms := range states {
+			if err := tx.SetMirror(id, ms); err != nil && !errors.Is(err, sessiondb.ErrNotFound) {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		r.log.Warn("agent: mirror: saving mirror states failed; the pending commits they settle are retried", "error", err)
+		return
+	}
+	for id := range states {
+		mr.saved(id)
+	}
 }
 
 // loadedState is the mirror state of a session just read from the store.
@@ -154,7 +265,9 @@ func (mr *storeMirror) beforeTurn(ctx context.Context, st *sessionState, id stri
 	if !r.caps.Get {
 		return nil // a store that cannot be read: nothing to catch up with
 	}
-	_, ms, err := r.db.Mirror(ctx, id)
+	st.mirror.Lock()
+	_, ms, err := mr.state(ctx, id)
+	st.mirror.Unlock()
 	if err != nil {
 		return err
 	}
@@ -170,7 +283,10 @@ func (mr *storeMirror) beforeTurn(ctx context.Context, st *sessionState, id stri
 		// A commit whose outcome is unknown: settle it first, so that the
 		// store's copy of it is not taken for another host's.
 		mr.flush(ctx, st, id, true)
-		if _, ms, err = r.db.Mirror(ctx, id); errors.Is(err, sessiondb.ErrNotFound) {
+		st.mirror.Lock()
+		_, ms, err = mr.state(ctx, id)
+		st.mirror.Unlock()
+		if errors.Is(err, sessiondb.ErrNotFound) {
 			return fmt.Errorf("%w: %s (deleted)", ErrSessionNotFound, id)
 		} else if err != nil {
 			return err
@@ -213,6 +329,7 @@ func (mr *storeMirror) adopt(ctx context.Context, id string, l storage.Loaded) e
 	m := localMeta(l.Head.SessionMeta)
 	m.LastSeq = ms.MirroredSeq
 	n, err := r.db.Adopt(ctx, m, recs, ms, l.Head.Writer, r.now())
+	mr.saved(id)
 	// The session's events changed under its cached conversation (events
 	// added, or replaced by others with the same numbers: a fork).
 	r.convs.drop(id)
@@ -290,13 +407,22 @@ func (mr *storeMirror) endTurn(ctx context.Context, st *sessionState, id string,
 	defer st.mirror.Unlock()
 	var committed bool // the commit went in the events' transaction
 	var fresh string   // the pending commit recorded with the events
+	unsaved, hasUnsaved := mr.unsavedState(id)
+	var wroteState bool // the write carries the session's mirror state
 	err := write(func(tx *sessiondb.Tx) error {
 		m, ms, err := tx.Mirror(id)
-		if err != nil || ms.PendingID != "" || !ms.Settled() || m.LastSeq <= ms.MirroredSeq {
+		if err != nil {
+			return nil
+		}
+		if hasUnsaved {
+			ms = unsaved
+		}
+		if ms.PendingID != "" || !ms.Settled() || m.LastSeq <= ms.MirroredSeq {
 			return nil // flushed the general way below
 		}
 		if r.embedded != nil {
 			committed = mr.commitInTx(ctx, tx, st, m, ms)
+			wroteState = committed
 			return nil
 		}
 		if !r.caps.Get {
@@ -309,11 +435,14 @@ func (mr *storeMirror) endTurn(ctx context.Context, st *sessionState, id string,
 		if err := tx.SetMirror(id, ms); err != nil {
 			return err
 		}
-		fresh = req.BatchID
+		fresh, wroteState = req.BatchID, true
 		return nil
 	})
 	if err != nil {
 		return err
+	}
+	if wroteState {
+		mr.saved(id)
 	}
 	if committed {
 		mr.setBacklog(id, false)
@@ -414,8 +543,9 @@ func (mr *storeMirror) flush(ctx context.Context, st *sessionState, id string, l
 func (mr *storeMirror) commit(ctx context.Context, st *sessionState, id string, locked bool, fresh string) (owes bool) {
 	r := mr.r
 	log := r.logger(id)
-	m, ms, err := r.db.Mirror(ctx, id)
+	m, ms, err := mr.state(ctx, id)
 	if errors.Is(err, sessiondb.ErrNotFound) {
+		mr.saved(id)
 		return false
 	}
 	if err != nil {
@@ -425,10 +555,9 @@ func (mr *storeMirror) commit(ctx context.Context, st *sessionState, id string, 
 	dirty := false // ms holds a committed batch not yet saved
 	defer func() {
 		if dirty {
-			if err := r.db.SetMirror(ctx, id, ms); err != nil && !errors.Is(err, sessiondb.ErrNotFound) {
-				log.Warn("agent: mirror: saving the mirror state failed", "error", err)
-				owes = true
-			}
+			// Saved with the session's next write of its mirror state, or
+			// by the background saver (see unsaved).
+			mr.keep(id, ms)
 		}
 	}()
 	for {
@@ -532,6 +661,7 @@ func (mr *storeMirror) nextCommit(ctx context.Context, m sessiondb.Meta, ms *ses
 		if err := r.db.SetMirror(ctx, m.ID, *ms); err != nil {
 			return req, false, err
 		}
+		mr.saved(m.ID)
 	default:
 		return req, false, nil
 	}
@@ -611,6 +741,7 @@ func (mr *storeMirror) writeRecords(ctx context.Context, m sessiondb.Meta, ms se
 		r.logger(m.ID).Warn("agent: mirror: saving the mirror state failed", "error", err)
 		return true, true
 	}
+	mr.saved(m.ID)
 	return ms.Owes(m.LastSeq), true
 }
 
@@ -713,6 +844,20 @@ func (mr *storeMirror) flushBacklog(ctx context.Context) error {
 // session whose turn is running is skipped: the turn's end flushes it.
 func (mr *storeMirror) start(ctx context.Context) {
 	r := mr.r
+	r.bgWG.Add(1)
+	go func() {
+		defer r.bgWG.Done()
+		tick := time.NewTicker(saveInterval)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+				mr.save(ctx, false)
+			}
+		}
+	}()
 	r.bgWG.Add(1)
 	go func() {
 		defer r.bgWG.Done()

@@ -5,21 +5,38 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"agentkit/agent/sessiondb"
 	"agentkit/kv"
 	"agentkit/storage"
 )
 
-// restore implements sessionMirror: it loads recent sessions from the store at start-up, newest first,
-// within the restore policy's caps. It reads the session index, so its
-// cost grows with the caps, not with the store: the listing stops at the
-// first session older than MaxAge, after MaxSessions sessions, or once
-// MaxTotalBytes have been read. A session already on local disk counts
-// toward MaxSessions; it is read from the store only when its index entry
-// says the store is ahead (another host committed turns this copy lacks),
-// and then only the missing batches are. A store error ends the restore
-// with a warning; the runtime still starts, and sessions load on demand.
+// Restore's concurrency and import batches.
+const (
+	// restoreWorkers is how many sessions restore reads from the store
+	// at once.
+	restoreWorkers = 4
+	// importBatch and importBatchBytes bound one transaction of imported
+	// sessions.
+	importBatch      = 64
+	importBatchBytes = 8 << 20
+)
+
+// restore implements sessionMirror: it loads recent sessions from the
+// store at start-up, newest first, within the restore policy's caps. It
+// reads the session index, so its cost grows with the caps, not with the
+// store: the listing stops at the first session older than MaxAge, after
+// MaxSessions sessions, or once MaxTotalBytes have been read (a session is
+// loaded while the bytes read before it, in index order, are under the
+// cap). Each session is read with one List over its folder
+// (storage.Sessions.LoadAll), restoreWorkers at a time, and written to
+// local disk importBatch sessions a transaction. A session already on
+// local disk counts toward MaxSessions; it is read from the store only
+// when its index entry says the store is ahead (another host committed
+// turns this copy lacks), and then only the missing batches are. A store
+// error ends the restore with a warning; the runtime still starts, and
+// sessions load on demand.
 func (mr *storeMirror) restore(ctx context.Context) error {
 	r := mr.r
 	if !r.binding.RestoreAtStart() {
@@ -27,64 +44,208 @@ func (mr *storeMirror) restore(ctx context.Context) error {
 	}
 	p := r.policy.Restore
 	cutoff := r.now().Add(-p.MaxAge)
-	seen := map[string]bool{}
-	var count, loaded, caught int
-	var bytes int64
-	ctx, cancel := context.WithCancel(ctx)
+	picks, err := mr.restorePicks(ctx, cutoff, p.MaxSessions)
+	if err != nil {
+		r.log.Warn("agent: restore stopped: the store failed", "error", err)
+	}
+	// Read the sessions not on local disk, a few at a time, in order.
+	type readResult struct {
+		imp   importedSession
+		bytes int64
+		err   error
+	}
+	results := make([]chan readResult, len(picks))
+	for i := range results {
+		results[i] = make(chan readResult, 1)
+	}
+	sem := make(chan struct{}, restoreWorkers)
+	readCtx, cancel := context.WithCancel(ctx) // ends the reads past the caps
 	defer cancel()
+	go func() {
+		for i, pk := range picks {
+			if pk.local {
+				continue
+			}
+			select {
+			case sem <- struct{}{}:
+			case <-readCtx.Done():
+				results[i] <- readResult{err: readCtx.Err()}
+				continue
+			}
+			go func() {
+				defer func() { <-sem }()
+				imp, n, err := mr.readSession(readCtx, pk.id)
+				results[i] <- readResult{imp, n, err}
+			}()
+		}
+	}()
+	var batch []importedSession
+	var batchBytes int64
+	var bytes int64
+	var loaded, caught int
+	flush := func() {
+		if len(batch) == 0 {
+			return
+		}
+		n, err := mr.importSessions(ctx, batch)
+		loaded += n
+		if err != nil {
+			r.log.Warn("agent: restore: storing sessions failed", "sessions", len(batch), "error", err)
+		}
+		batch, batchBytes = batch[:0], 0
+	}
+	for i, pk := range picks {
+		if bytes >= p.MaxTotalBytes {
+			break
+		}
+		bytes += int64(pk.entry.Bytes)
+		if pk.local {
+			m, ms := pk.m, pk.ms
+			if ms.Owes(m.LastSeq) || (pk.entry.Meta.LastSeq <= m.LastSeq && pk.entry.Meta.Batches <= ms.Batch) {
+				continue
+			}
+			n, err := mr.catchUp(ctx, pk.id, ms)
+			bytes += n
+			if err != nil {
+				r.log.Warn("agent: restore: catching up a session failed", "sessionId", pk.id, "error", err)
+			} else {
+				caught++
+			}
+			continue
+		}
+		res := <-results[i]
+		bytes += res.bytes
+		switch {
+		case errors.Is(res.err, ErrSessionNotFound):
+			// A stale index entry of a deleted session.
+			if err := mr.sessions.DeleteIndex(ctx, pk.entry.Key); err != nil {
+				r.log.Debug("agent: restore: removing a stale session-index entry failed", "error", err)
+			}
+		case res.err != nil:
+			r.log.Warn("agent: restore: loading a session failed", "sessionId", pk.id, "error", res.err)
+		default:
+			batch = append(batch, res.imp)
+			batchBytes += res.bytes
+			if len(batch) >= importBatch || batchBytes >= importBatchBytes {
+				flush()
+			}
+		}
+	}
+	cancel()
+	flush()
+	if loaded > 0 || caught > 0 {
+		r.log.Info("agent: restored sessions from the store", slog.Int("sessions", loaded), slog.Int("caughtUp", caught), slog.Int64("bytes", bytes))
+	}
+	return nil
+}
+
+// restorePick is a session restore considers: its newest index entry, and
+// its local row and mirror state when it is on local disk.
+type restorePick struct {
+	id    string
+	entry storage.IndexEntry
+	local bool
+	m     sessiondb.Meta
+	ms    sessiondb.MirrorState
+}
+
+// restorePicks reads the session index, newest first, up to max sessions
+// updated after cutoff, and looks each up on local disk.
+func (mr *storeMirror) restorePicks(ctx context.Context, cutoff time.Time, max int) ([]restorePick, error) {
+	r := mr.r
+	seen := map[string]bool{}
+	var picks []restorePick
 	for e, err := range mr.sessions.ListIndex(ctx) {
 		if storage.IsRecordError(err) {
 			r.log.Warn("agent: restore: skipping an unreadable session-index entry", "key", e.Key, "error", err)
 			continue
 		}
 		if err != nil {
-			r.log.Warn("agent: restore stopped: the store failed", "error", err, "loaded", loaded)
-			break
+			return picks, err
 		}
 		id := e.Meta.ID
 		if seen[id] {
 			continue // a stale entry of a session seen newer
 		}
 		seen[id] = true
-		if e.Updated.Before(cutoff) || count >= p.MaxSessions || bytes >= p.MaxTotalBytes {
+		if e.Updated.Before(cutoff) || len(picks) >= max {
 			break
 		}
-		count++
-		bytes += int64(e.Bytes)
+		pk := restorePick{id: id, entry: e}
 		if m, ms, err := r.db.Mirror(ctx, id); err == nil {
-			// Local disk is kept; the store's newer batches are added to
-			// it, unless this host has its own events to commit (the
-			// next turn settles those).
-			if ms.Owes(m.LastSeq) || (e.Meta.LastSeq <= m.LastSeq && e.Meta.Batches <= ms.Batch) {
-				continue
-			}
-			n, err := mr.catchUp(ctx, id, ms)
-			bytes += n
+			pk.local, pk.m, pk.ms = true, m, ms
+		}
+		picks = append(picks, pk)
+	}
+	return picks, nil
+}
+
+// importedSession is a session read from the store, ready to be stored
+// on local disk.
+type importedSession struct {
+	m    sessiondb.Meta
+	recs []sessiondb.Record
+	ms   sessiondb.MirrorState
+}
+
+// readSession reads a session from the store with one listing of its
+// folder and decodes it for local disk. It returns the bytes read. A
+// session the store does not have, or has deleted, is ErrSessionNotFound;
+// a store failure is ErrStoreUnavailable.
+func (mr *storeMirror) readSession(ctx context.Context, id string) (importedSession, int64, error) {
+	l, err := mr.sessions.LoadAll(ctx, id)
+	return mr.decodeLoaded(id, l, err)
+}
+
+// decodeLoaded turns what Load or LoadAll read into a session for local
+// disk.
+func (mr *storeMirror) decodeLoaded(id string, l storage.Loaded, err error) (importedSession, int64, error) {
+	switch {
+	case errors.Is(err, kv.ErrNotFound):
+		return importedSession{}, l.Bytes, fmt.Errorf("%w: %s", ErrSessionNotFound, id)
+	case errors.Is(err, storage.ErrSessionDeleted):
+		return importedSession{}, l.Bytes, fmt.Errorf("%w: %s (deleted)", ErrSessionNotFound, id)
+	case err != nil:
+		return importedSession{}, l.Bytes, storeErr("loading session "+id, err)
+	}
+	recs, last, err := records(id, l.Batches)
+	if err != nil {
+		return importedSession{}, l.Bytes, err
+	}
+	ms := mr.loadedState(l.Head, last)
+	m := localMeta(l.Head.SessionMeta)
+	m.LastSeq = ms.MirroredSeq
+	m.MirroredSeq, m.Batches, m.IndexKey, m.TokenMirrored = ms.MirroredSeq, ms.Batch, ms.IndexKey, true
+	return importedSession{m: m, recs: recs, ms: ms}, l.Bytes, nil
+}
+
+// importSessions stores sessions read from the store on local disk, in
+// one transaction, skipping those already here. It returns how many it
+// stored.
+func (mr *storeMirror) importSessions(ctx context.Context, ss []importedSession) (int, error) {
+	r := mr.r
+	n := 0
+	err := r.db.Write(ctx, func(tx *sessiondb.Tx) error {
+		n = 0
+		for _, s := range ss {
+			ok, err := tx.ImportMirrored(s.m, s.recs, s.ms)
 			if err != nil {
-				r.log.Warn("agent: restore: catching up a session failed", "sessionId", id, "error", err)
-			} else {
-				caught++
+				return err
 			}
-			continue
-		}
-		n, err := mr.importSession(ctx, id)
-		bytes += n
-		switch {
-		case errors.Is(err, ErrSessionNotFound):
-			// A stale index entry of a deleted session.
-			if err := mr.sessions.DeleteIndex(ctx, e.Key); err != nil {
-				r.log.Debug("agent: restore: removing a stale session-index entry failed", "error", err)
+			if ok {
+				n++
 			}
-		case err != nil:
-			r.log.Warn("agent: restore: loading a session failed", "sessionId", id, "error", err)
-		default:
-			loaded++
 		}
+		return nil
+	})
+	for _, s := range ss {
+		r.convs.drop(s.m.ID)
+		mr.forget(s.m.ID)
 	}
-	if loaded > 0 || caught > 0 {
-		r.log.Info("agent: restored sessions from the store", slog.Int("sessions", loaded), slog.Int("caughtUp", caught), slog.Int64("bytes", bytes))
+	if err != nil {
+		return 0, err
 	}
-	return nil
+	return n, nil
 }
 
 // catchUp adds to a local session the batches the store has beyond it. It
@@ -117,29 +278,13 @@ func (mr *storeMirror) catchUp(ctx context.Context, id string, ms sessiondb.Mirr
 // read. A session the store does not have, or has deleted, is
 // ErrSessionNotFound; a store failure is ErrStoreUnavailable.
 func (mr *storeMirror) importSession(ctx context.Context, id string) (int64, error) {
-	r := mr.r
 	l, err := mr.sessions.Load(ctx, id, storage.BatchRef{})
-	switch {
-	case errors.Is(err, kv.ErrNotFound):
-		return l.Bytes, fmt.Errorf("%w: %s", ErrSessionNotFound, id)
-	case errors.Is(err, storage.ErrSessionDeleted):
-		return l.Bytes, fmt.Errorf("%w: %s (deleted)", ErrSessionNotFound, id)
-	case err != nil:
-		return l.Bytes, storeErr("loading session "+id, err)
-	}
-	recs, last, err := records(id, l.Batches)
+	imp, n, err := mr.decodeLoaded(id, l, err)
 	if err != nil {
-		return l.Bytes, err
+		return n, err
 	}
-	ms := mr.loadedState(l.Head, last)
-	m := localMeta(l.Head.SessionMeta)
-	m.LastSeq = ms.MirroredSeq
-	m.MirroredSeq, m.Batches, m.IndexKey, m.TokenMirrored = ms.MirroredSeq, ms.Batch, ms.IndexKey, true
-	r.convs.drop(id)
-	if _, err := r.db.ImportMirrored(ctx, m, recs, ms); err != nil {
-		return l.Bytes, err
-	}
-	return l.Bytes, nil
+	_, err = mr.importSessions(ctx, []importedSession{imp})
+	return n, err
 }
 
 // load implements sessionMirror: it loads a session on demand. Without

@@ -317,6 +317,7 @@ func (r *Runtime) Close() error {
 	}
 	r.bgWG.Wait()
 	r.ops.Wait() // running turns and flushes
+	r.mirror.save(context.Background(), true)
 	r.closeExperiments()
 	r.closeAllSubscribers()
 	r.mu.Lock()

@@ -268,23 +268,30 @@ func (d *DB) ImportMirrored(ctx context.Context, m Meta, recs []Record, st Mirro
 }
 
 // ImportMirrored stores a session loaded from the store (see
-// DB.ImportMirrored).
+// DB.ImportMirrored). m's mirror fields are taken from st.
 func (tx *Tx) ImportMirrored(m Meta, recs []Record, st MirrorState) (bool, error) {
-	var one int
-	err := tx.queryRow(`SELECT 1 FROM sessions WHERE id = ?`, m.ID).Scan(&one)
-	if err == nil {
-		return false, nil
-	}
-	if !errors.Is(err, sql.ErrNoRows) {
+	m.MirroredSeq, m.Batches, m.IndexKey, m.TokenMirrored = st.MirroredSeq, st.Batch, st.IndexKey, st.TokenMirrored
+	res, err := tx.exec(`INSERT OR IGNORE INTO sessions (`+metaCols+`) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)`, metaArgs(m)...)
+	if err != nil {
 		return false, err
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return false, nil // already here
+	}
+	if m.Token != "" {
+		if _, err := tx.exec(`INSERT OR REPLACE INTO tokens (token, session_id) VALUES (?, ?)`, m.Token, m.ID); err != nil {
+			return false, err
+		}
 	}
 	if err := tx.Append(recs...); err != nil {
 		return false, err
 	}
-	if err := tx.Put(m); err != nil {
-		return false, err
+	if st.PendingMeta == nil {
+		st.PendingMeta = []byte{}
 	}
-	return true, tx.SetMirror(m.ID, st)
+	_, err = tx.exec(`INSERT OR REPLACE INTO mirror (session_id, batch_id, meta_seq, pending_id, pending_seq, pending_meta) VALUES (?,?,?,?,?,?)`,
+		m.ID, st.BatchID, st.MetaSeq, st.PendingID, st.PendingSeq, st.PendingMeta)
+	return err == nil, err
 }
 
 // ForkedEvent is one event of a turn that lost the session head to another

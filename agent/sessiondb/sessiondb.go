@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"strings"
 	"sync"
 	"time"
 
@@ -370,12 +371,41 @@ func (tx *Tx) Record(m Meta, recs ...Record) error {
 	return nil
 }
 
-// Append stores events (see DB.Append).
-func (tx *Tx) Append(recs ...Record) error {
-	for _, r := range recs {
-		if _, err := tx.exec(`INSERT INTO events (session_id, seq, at, type, data) VALUES (?,?,?,?,?)`, r.SessionID, r.Seq, r.At.UnixNano(), r.Type, r.Data); err != nil {
-			return fmt.Errorf("sessiondb: event %d of session %s: %w", r.Seq, r.SessionID, err)
+// insertRows is the most events one INSERT statement carries.
+const insertRows = 16
+
+// insertEvents[n] is the INSERT of n events.
+var insertEvents = func() []string {
+	q := make([]string, insertRows+1)
+	for n := 1; n <= insertRows; n++ {
+		var b strings.Builder
+		b.WriteString(`INSERT INTO events (session_id, seq, at, type, data) VALUES `)
+		for i := range n {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			b.WriteString(`(?,?,?,?,?)`)
 		}
+		q[n] = b.String()
+	}
+	return q
+}()
+
+// Append stores events (see DB.Append), up to insertRows a statement.
+func (tx *Tx) Append(recs ...Record) error {
+	for len(recs) > 0 {
+		n := min(len(recs), insertRows)
+		args := make([]any, 0, 5*n)
+		for _, r := range recs[:n] {
+			args = append(args, r.SessionID, r.Seq, r.At.UnixNano(), r.Type, r.Data)
+		}
+		if _, err := tx.exec(insertEvents[n], args...); err != nil {
+			if n == 1 {
+				return fmt.Errorf("sessiondb: event %d of session %s: %w", recs[0].Seq, recs[0].SessionID, err)
+			}
+			return fmt.Errorf("sessiondb: events %d to %d of session %s: %w", recs[0].Seq, recs[n-1].Seq, recs[0].SessionID, err)
+		}
+		recs = recs[n:]
 	}
 	return nil
 }
