@@ -19,7 +19,7 @@ const (
 	restoreWorkers = 4
 	// importBatch and importBatchBytes bound one transaction of imported
 	// sessions.
-	importBatch      = 64
+	importBatch      = 128
 	importBatchBytes = 8 << 20
 )
 
@@ -31,7 +31,7 @@ const (
 // loaded while the bytes read before it, in index order, are under the
 // cap). Each session is read with one List over its folder
 // (storage.Sessions.LoadAll), restoreWorkers at a time, and written to
-// local disk importBatch sessions a transaction. A session already on
+// local disk importBatch sessions a transaction, while the next are read. A session already on
 // local disk counts toward MaxSessions; it is read from the store only
 // when its index entry says the store is ahead (another host committed
 // turns this copy lacks), and then only the missing batches are. A store
@@ -44,59 +44,55 @@ func (mr *storeMirror) restore(ctx context.Context) error {
 	}
 	p := r.policy.Restore
 	cutoff := r.now().Add(-p.MaxAge)
-	picks, err := mr.restorePicks(ctx, cutoff, p.MaxSessions)
-	if err != nil {
-		r.log.Warn("agent: restore stopped: the store failed", "error", err)
-	}
-	// Read the sessions not on local disk, a few at a time, in order.
-	type readResult struct {
-		imp   importedSession
-		bytes int64
-		err   error
-	}
-	results := make([]chan readResult, len(picks))
-	for i := range results {
-		results[i] = make(chan readResult, 1)
-	}
-	sem := make(chan struct{}, restoreWorkers)
 	readCtx, cancel := context.WithCancel(ctx) // ends the reads past the caps
 	defer cancel()
+	// The index is listed, the sessions read and the batches stored at
+	// the same time: picks flow from the listing to the readers and, in
+	// index order, to this goroutine, which applies the bytes cap and
+	// hands batches to the writer.
+	picks := make(chan *restorePick, 2*importBatch)
+	var listErr error
 	go func() {
-		for i, pk := range picks {
-			if pk.local {
-				continue
-			}
-			select {
-			case sem <- struct{}{}:
-			case <-readCtx.Done():
-				results[i] <- readResult{err: readCtx.Err()}
-				continue
-			}
-			go func() {
-				defer func() { <-sem }()
-				imp, n, err := mr.readSession(readCtx, pk.id)
-				results[i] <- readResult{imp, n, err}
-			}()
-		}
+		defer close(picks)
+		listErr = mr.restorePicks(readCtx, cutoff, p.MaxSessions, picks)
 	}()
 	var batch []importedSession
-	var batchBytes int64
-	var bytes int64
+	var batchBytes, bytes int64
 	var loaded, caught int
+	// Each batch is stored while the next ones are read: at most two
+	// batches wait for the writer.
+	type stored struct {
+		n, sessions int
+		err         error
+	}
+	imports := make(chan chan stored, 2)
+	collected := make(chan struct{})
+	go func() {
+		defer close(collected)
+		for ch := range imports {
+			s := <-ch
+			loaded += s.n
+			if s.err != nil {
+				r.log.Warn("agent: restore: storing sessions failed", "sessions", s.sessions, "error", s.err)
+			}
+		}
+	}()
 	flush := func() {
 		if len(batch) == 0 {
 			return
 		}
-		n, err := mr.importSessions(ctx, batch)
-		loaded += n
-		if err != nil {
-			r.log.Warn("agent: restore: storing sessions failed", "sessions", len(batch), "error", err)
-		}
-		batch, batchBytes = batch[:0], 0
+		ch := make(chan stored, 1)
+		imports <- ch
+		go func(batch []importedSession) {
+			n, err := mr.importSessions(ctx, batch)
+			ch <- stored{n, len(batch), err}
+		}(batch)
+		batch, batchBytes = nil, 0
 	}
-	for i, pk := range picks {
+	for pk := range picks {
 		if bytes >= p.MaxTotalBytes {
-			break
+			cancel()
+			continue // drain: the listing and the readers stop
 		}
 		bytes += int64(pk.entry.Bytes)
 		if pk.local {
@@ -113,7 +109,7 @@ func (mr *storeMirror) restore(ctx context.Context) error {
 			}
 			continue
 		}
-		res := <-results[i]
+		res := <-pk.result
 		bytes += res.bytes
 		switch {
 		case errors.Is(res.err, ErrSessionNotFound):
@@ -131,8 +127,13 @@ func (mr *storeMirror) restore(ctx context.Context) error {
 			}
 		}
 	}
+	if listErr != nil && readCtx.Err() == nil {
+		r.log.Warn("agent: restore stopped: the store failed", "error", listErr)
+	}
 	cancel()
 	flush()
+	close(imports)
+	<-collected
 	if loaded > 0 || caught > 0 {
 		r.log.Info("agent: restored sessions from the store", slog.Int("sessions", loaded), slog.Int("caughtUp", caught), slog.Int64("bytes", bytes))
 	}
@@ -140,44 +141,81 @@ func (mr *storeMirror) restore(ctx context.Context) error {
 }
 
 // restorePick is a session restore considers: its newest index entry, and
-// its local row and mirror state when it is on local disk.
+// its local row and mirror state when it is on local disk; otherwise the
+// read of it from the store, under way (result).
 type restorePick struct {
-	id    string
-	entry storage.IndexEntry
-	local bool
-	m     sessiondb.Meta
-	ms    sessiondb.MirrorState
+	id     string
+	entry  storage.IndexEntry
+	local  bool
+	m      sessiondb.Meta
+	ms     sessiondb.MirrorState
+	result chan restoreRead
+}
+
+// restoreRead is a session read from the store for restore.
+type restoreRead struct {
+	imp   importedSession
+	bytes int64
+	err   error
 }
 
 // restorePicks reads the session index, newest first, up to max sessions
-// updated after cutoff, and looks each up on local disk.
-func (mr *storeMirror) restorePicks(ctx context.Context, cutoff time.Time, max int) ([]restorePick, error) {
+// updated after cutoff, looks each up on local disk, starts reading those
+// that are not (restoreWorkers at a time), and sends each to out in index
+// order. A local database without sessions (a fresh host) is not looked
+// up session by session.
+func (mr *storeMirror) restorePicks(ctx context.Context, cutoff time.Time, max int, out chan<- *restorePick) error {
 	r := mr.r
+	lookUp := true
+	if n, err := r.db.Count(ctx); err == nil && n == 0 {
+		lookUp = false
+	}
+	sem := make(chan struct{}, restoreWorkers)
 	seen := map[string]bool{}
-	var picks []restorePick
+	count := 0
 	for e, err := range mr.sessions.ListIndex(ctx) {
 		if storage.IsRecordError(err) {
 			r.log.Warn("agent: restore: skipping an unreadable session-index entry", "key", e.Key, "error", err)
 			continue
 		}
 		if err != nil {
-			return picks, err
+			return err
 		}
 		id := e.Meta.ID
 		if seen[id] {
 			continue // a stale entry of a session seen newer
 		}
 		seen[id] = true
-		if e.Updated.Before(cutoff) || len(picks) >= max {
+		if e.Updated.Before(cutoff) || count >= max {
 			break
 		}
-		pk := restorePick{id: id, entry: e}
-		if m, ms, err := r.db.Mirror(ctx, id); err == nil {
-			pk.local, pk.m, pk.ms = true, m, ms
+		count++
+		pk := &restorePick{id: id, entry: e}
+		if lookUp {
+			if m, ms, err := r.db.Mirror(ctx, id); err == nil {
+				pk.local, pk.m, pk.ms = true, m, ms
+			}
 		}
-		picks = append(picks, pk)
+		if !pk.local {
+			pk.result = make(chan restoreRead, 1)
+			select {
+			case sem <- struct{}{}:
+				go func() {
+					defer func() { <-sem }()
+					imp, n, err := mr.readSession(ctx, pk.id)
+					pk.result <- restoreRead{imp, n, err}
+				}()
+			case <-ctx.Done():
+				pk.result <- restoreRead{err: ctx.Err()}
+			}
+		}
+		select {
+		case out <- pk:
+		case <-ctx.Done():
+			return nil
+		}
 	}
-	return picks, nil
+	return nil
 }
 
 // importedSession is a session read from the store, ready to be stored
