@@ -37,12 +37,14 @@ const (
 // is the one seam between the turn loop and the store's session records,
 // so another commit path can take its place.
 type sessionMirror interface {
-	// beforeTurn brings the local copy up to the store's: what other hosts
+	// beforeTurn brings the local copy up to the store's and returns the
+	// session's row as it then is (sessiondb.ErrNotFound when the session
+	// is not here): what other hosts
 	// committed is imported, and this host's events that lost the session
 	// head to them are moved aside as a fork. A deleted session is
 	// ErrSessionNotFound (and is removed here). A store that does not
 	// answer lets the turn run from the local copy.
-	beforeTurn(ctx context.Context, st *sessionState, id string) error
+	beforeTurn(ctx context.Context, st *sessionState, id string) (sessiondb.Meta, error)
 	// created is called, under the turn lock, before the first turn of a
 	// session this host creates: no store can know the session yet.
 	created(st *sessionState, id string)
@@ -52,7 +54,7 @@ type sessionMirror interface {
 	// transaction what the mirror wants written with them (extra), then
 	// writes what the store lacks of the session. A failed write is
 	// returned: the turn fails. The store's failures are kept and retried.
-	endTurn(ctx context.Context, st *sessionState, id string, write func(extra func(*sessiondb.Tx) error) error) error
+	endTurn(ctx context.Context, st *sessionState, id string, end turnEnd) error
 	// deleteSession deletes the session from the store for every host.
 	deleteSession(ctx context.Context, m sessiondb.Meta) error
 	// load loads a session that is not on local disk (ErrSessionNotFound
@@ -260,16 +262,17 @@ func (mr *storeMirror) loadedState(h storage.Head, last int64) sessiondb.MirrorS
 }
 
 // beforeTurn implements sessionMirror.
-func (mr *storeMirror) beforeTurn(ctx context.Context, st *sessionState, id string) error {
+func (mr *storeMirror) beforeTurn(ctx context.Context, st *sessionState, id string) (sessiondb.Meta, error) {
 	r := mr.r
 	if !r.caps.Get {
-		return nil // a store that cannot be read: nothing to catch up with
+		// A store that cannot be read: nothing to catch up with.
+		return r.db.Get(ctx, id)
 	}
 	st.mirror.Lock()
-	_, ms, err := mr.state(ctx, id)
+	m, ms, err := mr.state(ctx, id)
 	st.mirror.Unlock()
 	if err != nil {
-		return err
+		return m, err
 	}
 	if ms.Batch == 0 && ms.PendingID == "" {
 		// Never committed: no other host can know the session, and it has
@@ -277,19 +280,19 @@ func (mr *storeMirror) beforeTurn(ctx context.Context, st *sessionState, id stri
 		st.mirror.Lock()
 		st.known = &storage.KnownHead{}
 		st.mirror.Unlock()
-		return nil
+		return m, nil
 	}
 	if ms.PendingID != "" {
 		// A commit whose outcome is unknown: settle it first, so that the
 		// store's copy of it is not taken for another host's.
 		mr.flush(ctx, st, id, true)
 		st.mirror.Lock()
-		_, ms, err = mr.state(ctx, id)
+		m, ms, err = mr.state(ctx, id)
 		st.mirror.Unlock()
 		if errors.Is(err, sessiondb.ErrNotFound) {
-			return fmt.Errorf("%w: %s (deleted)", ErrSessionNotFound, id)
+			return m, fmt.Errorf("%w: %s (deleted)", ErrSessionNotFound, id)
 		} else if err != nil {
-			return err
+			return m, err
 		}
 	}
 	hctx, cancel := context.WithTimeout(ctx, headTimeout)
@@ -298,21 +301,24 @@ func (mr *storeMirror) beforeTurn(ctx context.Context, st *sessionState, id stri
 	switch {
 	case errors.Is(err, storage.ErrSessionDeleted):
 		r.removeDeleted(ctx, id)
-		return fmt.Errorf("%w: %s (deleted on another host)", ErrSessionNotFound, id)
+		return m, fmt.Errorf("%w: %s (deleted on another host)", ErrSessionNotFound, id)
 	case errors.Is(err, kv.ErrNotFound):
-		return nil // not in the store yet
+		return m, nil // not in the store yet
 	case err != nil:
 		r.logger(id).Warn("agent: the store did not answer before the turn; the turn runs from this host's copy and is committed when the store answers",
 			r.logStoreName(), slog.String("error", err.Error()))
-		return nil
+		return m, nil
 	}
 	st.mirror.Lock()
 	defer st.mirror.Unlock()
 	st.known = known(l)
 	if len(l.Batches) == 0 && !l.Diverged {
-		return nil
+		return m, nil
 	}
-	return mr.adopt(ctx, id, l)
+	if err := mr.adopt(ctx, id, l); err != nil {
+		return m, err
+	}
+	return r.db.Get(ctx, id)
 }
 
 // adopt makes the store's history the local copy's: the loaded batches
@@ -395,8 +401,9 @@ func (mr *storeMirror) recorded(st *sessionState, id string) {
 //
 // A session with an earlier commit still unsettled (a pending commit, or
 // owed copies) goes the general way: flush after the write.
-func (mr *storeMirror) endTurn(ctx context.Context, st *sessionState, id string, write func(extra func(*sessiondb.Tx) error) error) error {
+func (mr *storeMirror) endTurn(ctx context.Context, st *sessionState, id string, end turnEnd) error {
 	r := mr.r
+	write := end.write
 	r.mu.Lock()
 	if st.timer != nil {
 		st.timer.Stop()
@@ -405,6 +412,9 @@ func (mr *storeMirror) endTurn(ctx context.Context, st *sessionState, id string,
 	r.mu.Unlock()
 	st.mirror.Lock()
 	defer st.mirror.Unlock()
+	if done, err := mr.endTurnAlongside(ctx, st, id, end); done {
+		return err
+	}
 	var committed bool // the commit went in the events' transaction
 	var fresh string   // the pending commit recorded with the events
 	unsaved, hasUnsaved := mr.unsavedState(id)
@@ -421,9 +431,9 @@ func (mr *storeMirror) endTurn(ctx context.Context, st *sessionState, id string,
 			return nil // flushed the general way below
 		}
 		if r.embedded != nil {
-			committed = mr.commitInTx(ctx, tx, st, m, ms)
+			committed, err = mr.commitInTx(ctx, tx, st, m, ms, end.recs)
 			wroteState = committed
-			return nil
+			return err
 		}
 		if !r.caps.Get {
 			return nil
@@ -454,67 +464,156 @@ func (mr *storeMirror) endTurn(ctx context.Context, st *sessionState, id string,
 	return nil
 }
 
+// turnEnd is a turn's last write, as endTurn gets it: the session's row
+// after the turn, the events not yet on disk, and the write of both (with
+// the mirror's part, extra, in the same transaction).
+type turnEnd struct {
+	meta  sessiondb.Meta
+	recs  []sessiondb.Record
+	write func(extra func(*sessiondb.Tx) error) error
+}
+
+// endTurnAlongside is endTurn for a store with the batch capability other
+// than the embedded one: the commit to the store runs at the same time as
+// the local write of the turn's events and its pending record, instead of
+// after it, so a turn waits for the slower of the two writes rather than
+// for both. The order they finish in does not matter: the batch and head
+// land together or not at all; if the store's lands and the local write
+// does not (a crash, a disk failure), the events were never published, and
+// the session's next turn takes them from the store like any commit it
+// lacks; if the local write lands and the store's does not, the pending
+// record is retried. done is false when the session does not qualify (no
+// batch capability, an earlier commit unsettled): endTurn goes on the
+// general way, nothing written yet.
+func (mr *storeMirror) endTurnAlongside(ctx context.Context, st *sessionState, id string, end turnEnd) (done bool, err error) {
+	r := mr.r
+	if r.embedded != nil || !r.caps.Batch || !r.caps.Get || len(end.recs) == 0 {
+		return false, nil
+	}
+	prev, ms, err := mr.state(ctx, id)
+	if end.meta.Turns == 1 && errors.Is(err, sessiondb.ErrNotFound) {
+		prev, ms, err = sessiondb.Meta{ID: id}, sessiondb.MirrorState{}, nil // created by this write
+	}
+	if err != nil || ms.PendingID != "" || !ms.Settled() {
+		return false, nil
+	}
+	var events []json.RawMessage
+	if prev.LastSeq > ms.MirroredSeq {
+		earlier, err := r.db.Range(ctx, id, ms.MirroredSeq+1, prev.LastSeq)
+		if err != nil {
+			return false, nil
+		}
+		for _, rec := range earlier {
+			events = append(events, rec.Data)
+		}
+	}
+	for _, rec := range end.recs {
+		events = append(events, rec.Data)
+	}
+	if int64(len(events)) != end.meta.LastSeq-ms.MirroredSeq {
+		return false, nil // not one contiguous run of events: the general way
+	}
+	req, err := mr.newCommit(end.meta, &ms)
+	if err != nil {
+		return false, nil
+	}
+	req.Events, req.Known = events, st.known
+	req.Copies = &storage.Copies{PrevIndexKey: ms.IndexKey}
+	if !ms.TokenMirrored {
+		req.Copies.Token = end.meta.Token
+	}
+	type answer struct {
+		res storage.CommitResult
+		err error
+	}
+	answered := make(chan answer, 1)
+	cctx, cancel := context.WithTimeout(ctx, mirrorTimeout)
+	defer cancel()
+	go func() {
+		res, err := mr.sessions.Commit(cctx, req)
+		answered <- answer{res, err}
+	}()
+	werr := end.write(func(tx *sessiondb.Tx) error { return tx.SetMirror(id, ms) })
+	a := <-answered
+	st.known = nil
+	if werr != nil {
+		return true, werr
+	}
+	mr.saved(id)
+	switch {
+	case a.err != nil:
+		mr.writeFailed(ctx, id, a.err)
+		mr.setBacklog(id, true)
+	case a.res.Outcome == storage.Committed && a.res.Copied:
+		ms.MirroredSeq, ms.Batch, ms.BatchID = ms.PendingSeq, a.res.Batch.Number, a.res.Batch.ID
+		ms.PendingID, ms.PendingSeq, ms.PendingMeta = "", 0, nil
+		ms.IndexKey, ms.MetaSeq, ms.TokenMirrored = a.res.IndexKey, ms.MirroredSeq, true
+		mr.keep(id, ms)
+		if a.res.Version != "" {
+			st.known = &storage.KnownHead{Head: a.res.Head, Version: a.res.Version}
+		}
+		mr.setBacklog(id, false)
+	default:
+		// Behind, deleted, or landed without its copies: the general
+		// commit settles the pending record (reading the head again).
+		mr.setBacklog(id, mr.commit(cctx, st, id, true, ""))
+	}
+	return true, nil
+}
+
 // commitInTx commits a session's new events to the embedded default store
 // inside tx, the session database's transaction that wrote them: the
 // record layer's Commit through the store as tx sees it (one atomic batch:
 // the event batch, the head, the metadata, the index entry, the token),
-// then the mirror state. It reports whether it committed; anything else
-// (another writer's head, a tombstone, an error) leaves tx as it was, and
-// the session to the general flush.
-func (mr *storeMirror) commitInTx(ctx context.Context, tx *sessiondb.Tx, st *sessionState, m sessiondb.Meta, ms sessiondb.MirrorState) bool {
+// then the mirror state. fresh are the events tx wrote, which are the
+// events to commit when none before them waits. It reports whether it
+// committed; anything else (another writer's head, a tombstone) leaves
+// the store's records as they were (the batch is atomic), and the session
+// to the general flush. A failure to save the mirror state after the
+// commit fails the whole write.
+func (mr *storeMirror) commitInTx(ctx context.Context, tx *sessiondb.Tx, st *sessionState, m sessiondb.Meta, ms sessiondb.MirrorState, fresh []sessiondb.Record) (bool, error) {
 	r := mr.r
+	known := st.known
+	st.known = nil
 	db, err := r.txStore(tx)
 	if err != nil {
-		return false
+		return false, nil
 	}
-	var res storage.CommitResult
-	err = tx.Savepoint(func() error {
-		recs, err := tx.Range(m.ID, ms.MirroredSeq+1, m.LastSeq)
-		if err != nil {
-			return err
+	recs := fresh
+	if int64(len(recs)) != m.LastSeq-ms.MirroredSeq {
+		if recs, err = tx.Range(m.ID, ms.MirroredSeq+1, m.LastSeq); err != nil || len(recs) == 0 {
+			return false, nil
 		}
-		req := storage.CommitRequest{
-			Writer: r.hostID, Base: storage.BatchRef{Number: ms.Batch, ID: ms.BatchID},
-			Meta: storeMeta(m, 0), BatchID: storage.NewBatchID(), Known: st.known,
-			Copies: &storage.Copies{PrevIndexKey: ms.IndexKey},
-		}
-		if !ms.TokenMirrored {
-			req.Copies.Token = m.Token
-		}
-		for _, rec := range recs {
-			req.Events = append(req.Events, rec.Data)
-		}
-		if len(req.Events) == 0 {
-			return errNothingToCommit
-		}
-		if res, err = mr.sessions.On(db).Commit(ctx, req); err != nil {
-			return err
-		}
-		if res.Outcome != storage.Committed || !res.Copied {
-			return errNotCommitted
-		}
-		ms.MirroredSeq, ms.Batch, ms.BatchID = m.LastSeq, res.Batch.Number, res.Batch.ID
-		ms.IndexKey, ms.MetaSeq, ms.TokenMirrored = res.IndexKey, m.LastSeq, true
-		return tx.SetMirror(m.ID, ms)
-	})
+	}
+	req := storage.CommitRequest{
+		Writer: r.hostID, Base: storage.BatchRef{Number: ms.Batch, ID: ms.BatchID},
+		Meta: storeMeta(m, 0), BatchID: storage.NewBatchID(), Known: known,
+		Copies: &storage.Copies{PrevIndexKey: ms.IndexKey},
+	}
+	if !ms.TokenMirrored {
+		req.Copies.Token = m.Token
+	}
+	for _, rec := range recs {
+		req.Events = append(req.Events, rec.Data)
+	}
+	res, err := mr.sessions.On(db).Commit(ctx, req)
 	if err != nil {
-		if !errors.Is(err, errNotCommitted) && !errors.Is(err, errNothingToCommit) {
-			r.logger(m.ID).Warn("agent: mirror: committing with the turn's events failed; committed after them", "error", err)
-		}
-		st.known = nil
-		return false
+		r.logger(m.ID).Warn("agent: mirror: committing with the turn's events failed; committed after them", "error", err)
+		return false, nil
 	}
-	st.known = nil
+	if res.Outcome != storage.Committed || !res.Copied {
+		return false, nil
+	}
+	ms.MirroredSeq, ms.Batch, ms.BatchID = m.LastSeq, res.Batch.Number, res.Batch.ID
+	ms.IndexKey, ms.MetaSeq, ms.TokenMirrored = res.IndexKey, m.LastSeq, true
+	if err := tx.SetMirror(m.ID, ms); err != nil {
+		return false, err // the store's records and the events go together
+	}
 	if res.Version != "" {
 		st.known = &storage.KnownHead{Head: res.Head, Version: res.Version}
 	}
-	return true
+	return true, nil
 }
-
-var (
-	errNotCommitted    = errors.New("agent: the commit did not land in the events' transaction")
-	errNothingToCommit = errors.New("agent: no events to commit")
-)
 
 // flush writes what the store lacks of a session and records whether it
 // still lacks something (the backlog). locked says the caller holds the

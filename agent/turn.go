@@ -85,10 +85,7 @@ func (r *Runtime) runTurn(ctx context.Context, req turnRequest) (TurnResult, err
 		m = *req.created
 		r.mirror.created(st, m.ID)
 	} else {
-		if err := r.mirror.beforeTurn(wctx, st, req.sessionID); err != nil && !errors.Is(err, sessiondb.ErrNotFound) {
-			return TurnResult{}, err
-		}
-		m, err = r.db.Get(wctx, req.sessionID)
+		m, err = r.mirror.beforeTurn(wctx, st, req.sessionID)
 		if errors.Is(err, sessiondb.ErrNotFound) {
 			return TurnResult{}, fmt.Errorf("%w: %s (deleted while the turn waited)", ErrSessionNotFound, req.sessionID)
 		}
@@ -165,7 +162,7 @@ func (r *Runtime) runTurn(ctx context.Context, req turnRequest) (TurnResult, err
 	if err := t.record(Event{Type: EventTurnFinished, Status: status, Result: result, Usage: &u, DurationMS: dur.Milliseconds()}); err != nil {
 		return TurnResult{}, err
 	}
-	if err := r.mirror.endTurn(wctx, st, m.ID, t.flushWith); err != nil {
+	if err := r.mirror.endTurn(wctx, st, m.ID, turnEnd{meta: t.meta, recs: t.recs, write: t.flushWith}); err != nil {
 		return TurnResult{}, err
 	}
 	r.afterTurn(wctx, TurnInfo{
