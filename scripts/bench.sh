@@ -166,6 +166,9 @@ run_fsyncs() {
       fsyncs_of "$OUT/adk.test" "$b"
     done
     fsyncs_of "$OUT/turn.test" '^BenchmarkFloor$'
+    fsyncs_of "$OUT/turn.test" '^BenchmarkTurn/store=sqlite$'
+    fsyncs_of "$OUT/turn.test" '^BenchmarkTurn/store=postgres$'
+    fsyncs_of "$OUT/turn.test" '^BenchmarkConcurrentTurns$'
   } | tee "$OUT/fsyncs.txt"
 }
 
