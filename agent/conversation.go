@@ -143,9 +143,10 @@ func (c *conversation) history(system string) []model.Message {
 	return c.buf[0:len(c.buf):len(c.buf)]
 }
 
-// load brings c up to the session's last event, lastSeq: the events after
-// c.lastSeq are read from the local database and folded in. A conversation
-// ahead of the session (events were removed) is rebuilt from the start.
+// loadConversation brings c (nil: none kept) up to the session's last
+// event, lastSeq: the events after c.lastSeq are read from the local
+// database and folded in. A conversation ahead of the session (events
+// were removed) is rebuilt from the start.
 func (r *Runtime) loadConversation(ctx context.Context, id string, c *conversation, lastSeq int64) (*conversation, error) {
 	if c == nil || c.lastSeq > lastSeq {
 		c = newConversation()

@@ -254,11 +254,6 @@ type Tx struct {
 // write runs to its end).
 func (tx *Tx) Context() context.Context { return tx.ctx }
 
-// Conn returns the writer's connection, for code that keeps tables of its
-// own in the session database (the embedded store). Statements on it run
-// inside the write's transaction.
-func (tx *Tx) Conn() *sql.Conn { return tx.w.conn }
-
 // Savepoint runs fn inside a savepoint of the write: when fn fails, what
 // it wrote is rolled back and the rest of the write is kept.
 func (tx *Tx) Savepoint(fn func() error) error {
