@@ -278,7 +278,7 @@ func (mr *storeMirror) beforeTurn(ctx context.Context, st *sessionState, id stri
 		// Never committed: no other host can know the session, and it has
 		// no head.
 		st.mirror.Lock()
-		st.known = &storage.KnownHead{}
+		st.known, st.state = &storage.KnownHead{}, &ms
 		st.mirror.Unlock()
 		return m, nil
 	}
@@ -313,6 +313,7 @@ func (mr *storeMirror) beforeTurn(ctx context.Context, st *sessionState, id stri
 	defer st.mirror.Unlock()
 	st.known = known(l)
 	if len(l.Batches) == 0 && !l.Diverged {
+		st.state = &ms
 		return m, nil
 	}
 	if err := mr.adopt(ctx, id, l); err != nil {
@@ -357,7 +358,7 @@ func (mr *storeMirror) adopt(ctx context.Context, id string, l storage.Loaded) e
 // created implements sessionMirror: a new session has no head.
 func (mr *storeMirror) created(st *sessionState, _ string) {
 	st.mirror.Lock()
-	st.known = &storage.KnownHead{}
+	st.known, st.state = &storage.KnownHead{}, &sessiondb.MirrorState{}
 	st.mirror.Unlock()
 }
 
@@ -419,18 +420,29 @@ func (mr *storeMirror) endTurn(ctx context.Context, st *sessionState, id string,
 	var fresh string   // the pending commit recorded with the events
 	unsaved, hasUnsaved := mr.unsavedState(id)
 	var wroteState bool // the write carries the session's mirror state
+	known := st.state
+	st.state = nil
 	err := write(func(tx *sessiondb.Tx) error {
-		m, ms, err := tx.Mirror(id)
-		if err != nil {
-			return nil
-		}
-		if hasUnsaved {
-			ms = unsaved
+		var m sessiondb.Meta
+		var ms sessiondb.MirrorState
+		if known != nil {
+			// The row this write just stored, and the state beforeTurn
+			// read, which nothing changed since.
+			m, ms = end.meta, *known
+		} else {
+			var err error
+			if m, ms, err = tx.Mirror(id); err != nil {
+				return nil
+			}
+			if hasUnsaved {
+				ms = unsaved
+			}
 		}
 		if ms.PendingID != "" || !ms.Settled() || m.LastSeq <= ms.MirroredSeq {
 			return nil // flushed the general way below
 		}
 		if r.embedded != nil {
+			var err error
 			committed, err = mr.commitInTx(ctx, tx, st, m, ms, end.recs)
 			wroteState = committed
 			return err
@@ -490,13 +502,27 @@ func (mr *storeMirror) endTurnAlongside(ctx context.Context, st *sessionState, i
 	if r.embedded != nil || !r.caps.Batch || !r.caps.Get || len(end.recs) == 0 {
 		return false, nil
 	}
-	prev, ms, err := mr.state(ctx, id)
-	if end.meta.Turns == 1 && errors.Is(err, sessiondb.ErrNotFound) {
-		prev, ms, err = sessiondb.Meta{ID: id}, sessiondb.MirrorState{}, nil // created by this write
+	var prev sessiondb.Meta
+	var ms sessiondb.MirrorState
+	if st.state != nil {
+		// The state beforeTurn read, which nothing changed since; the
+		// events on disk before this write are the turn's row's less the
+		// ones it writes.
+		prev, ms = sessiondb.Meta{ID: id, LastSeq: end.meta.LastSeq - int64(len(end.recs))}, *st.state
+	} else {
+		var err error
+		prev, ms, err = mr.state(ctx, id)
+		if end.meta.Turns == 1 && errors.Is(err, sessiondb.ErrNotFound) {
+			prev, ms, err = sessiondb.Meta{ID: id}, sessiondb.MirrorState{}, nil // created by this write
+		}
+		if err != nil {
+			return false, nil
+		}
 	}
-	if err != nil || ms.PendingID != "" || !ms.Settled() {
+	if ms.PendingID != "" || !ms.Settled() {
 		return false, nil
 	}
+	st.state = nil
 	var events []json.RawMessage
 	if prev.LastSeq > ms.MirroredSeq {
 		earlier, err := r.db.Range(ctx, id, ms.MirroredSeq+1, prev.LastSeq)
@@ -641,6 +667,7 @@ func (mr *storeMirror) flush(ctx context.Context, st *sessionState, id string, l
 // a retry, so the head the turn read before it is used.
 func (mr *storeMirror) commit(ctx context.Context, st *sessionState, id string, locked bool, fresh string) (owes bool) {
 	r := mr.r
+	st.state = nil
 	log := r.logger(id)
 	m, ms, err := mr.state(ctx, id)
 	if errors.Is(err, sessiondb.ErrNotFound) {

@@ -307,6 +307,7 @@ func (mr *storeMirror) catchUp(ctx context.Context, id string, ms sessiondb.Mirr
 	defer release()
 	st.mirror.Lock()
 	defer st.mirror.Unlock()
+	st.state = nil
 	return l.Bytes, mr.adopt(ctx, id, l)
 }
 

@@ -89,6 +89,10 @@ type sessionState struct {
 	// the next commit need not read it again (nil: read it). Guarded by
 	// mirror.
 	known *storage.KnownHead
+	// state is the session's mirror state as the turn's beforeTurn read
+	// it, for the turn's end (nil: read it again); any other write of the
+	// state clears it. Guarded by mirror.
+	state *sessiondb.MirrorState
 }
 
 // Open starts a runtime: it prepares and locks the state root, opens the
