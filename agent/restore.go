@@ -345,8 +345,12 @@ func (mr *storeMirror) resolve(ctx context.Context, token string) (string, error
 	if len(token) > maxTokenLen {
 		return "", ErrUnknownToken
 	}
+	if id, ok := r.tokens.get(token); ok {
+		return id, nil
+	}
 	id, err := r.db.SessionOfToken(ctx, token)
 	if err == nil {
+		r.tokens.put(token, id)
 		return id, nil
 	}
 	if !errors.Is(err, sessiondb.ErrNotFound) {

@@ -45,8 +45,10 @@ type Runtime struct {
 	mirror sessionMirror
 	// hostID names this host in what it writes to the store.
 	hostID string
-	// convs caches active sessions' conversations.
+	// convs caches active sessions' conversations, tokens their
+	// continuation tokens.
 	convs  *conversationCache
+	tokens *tokenCache
 	policy Policy
 	log    *slog.Logger
 	obs    Observer
@@ -131,6 +133,7 @@ func Open(ctx context.Context, cfg Config) (*Runtime, error) {
 		sessions: map[string]*sessionState{},
 		subs:     map[string]map[*subscriber]struct{}{},
 		convs:    newConversationCache(conversationCacheBytes, conversationIdle),
+		tokens:   newTokenCache(),
 	}
 	if r.maxSteps == 0 {
 		r.maxSteps = DefaultMaxSteps

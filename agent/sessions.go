@@ -513,6 +513,7 @@ func (r *Runtime) removeLocal(ctx context.Context, id string) error {
 		}
 	}
 	r.convs.drop(id)
+	r.tokens.drop(id)
 	r.mirror.forget(id)
 	if err := r.db.Delete(ctx, id); err != nil {
 		return err
