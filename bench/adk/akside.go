@@ -66,7 +66,8 @@ func (c *writeCounter) total() int {
 }
 
 // openAKSQLite opens a runtime on root with the default store: the SQLite
-// file root/kv/kv.db (kv/sqlitekv: WAL, synchronous=FULL).
+// driver's tables inside the session database, root/sessions/sessions.db
+// (WAL, synchronous=FULL).
 func openAKSQLite(ctx context.Context, root string) (*akRuntime, error) {
 	w := &writeCounter{}
 	rt, err := openRuntime(ctx, root, nil, w)
