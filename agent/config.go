@@ -28,7 +28,8 @@ type Config struct {
 	// Store is where sessions are mirrored, host KV lives and reminders
 	// are claimed: a *kv.DB (from kv.Open), a kv.Funcs, or any value
 	// implementing at least kv.Putter. Nil means the embedded default: the
-	// SQLite store in StateRoot/kv/kv.db, opened and closed by the runtime.
+	// SQLite store inside StateRoot/sessions/sessions.db, opened and closed
+	// by the runtime.
 	// A store given here is not closed by the runtime.
 	Store any
 	// StoreName labels the store in Info and logs; empty means the

@@ -45,8 +45,12 @@ func storedSeqs(t *testing.T, store interface {
 // The turn (in fake time from its start): turn.started at 0; the model
 // answers after 6s with a tool call (model.call, tool.call, tool.result at
 // 6s), again after 6s more (at 12s), then with its text after 30s (at
-// 42s). With a 10s debounce the first batch is due at 22s (10s after the
-// events of 12s) and holds events 1 to 7; the rest is written at 42s.
+// 42s). Recorded events wait for the model's answer up to a few
+// milliseconds before they are written on their own (the runtime's
+// publishDelay, 20ms), and the debounce counts from that write. With a 10s
+// debounce the first batch is due at 22s and a few milliseconds (10s after
+// the events of 12s are on disk) and holds events 1 to 7; the rest is
+// written at 42s.
 func TestDebounceWaitsForQuietThenFlushesAtTurnEnd(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := memkv.New()
@@ -92,9 +96,9 @@ func TestDebounceWaitsForQuietThenFlushesAtTurnEnd(t *testing.T) {
 		if b := batches(); len(b) != 0 {
 			t.Fatalf("at 21.999s (less than 10s after the events of 12s): batches %v; want none", b)
 		}
-		at(22 * time.Second)
+		at(22*time.Second + 100*time.Millisecond)
 		if b := batches(); fmt.Sprint(b) != "[[1 2 3 4 5 6 7]]" {
-			t.Fatalf("at 22s: batches %v; want one with events 1 to 7", b)
+			t.Fatalf("at 22.1s: batches %v; want one with events 1 to 7", b)
 		}
 		at(42*time.Second - time.Millisecond)
 		if b := batches(); len(b) != 1 {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -34,7 +33,11 @@ type Runtime struct {
 	root     *stateroot.Root
 	db       *sessiondb.DB
 	binding  *storage.Binding // the store, observed once (kv.DB.WithObserver)
-	ownStore *kv.DB           // the default store, closed by Close
+	storeObs kv.Observer      // the binding's observer
+	// embedded is the default store, inside the session database (nil
+	// when Config.Store names another): the mirror then commits a turn in
+	// the transaction of its last events.
+	embedded *sessiondb.Store
 	caps     kv.Capabilities
 	// agentStore is the agent's records in the store.
 	agentStore *storage.AgentStore
@@ -42,6 +45,10 @@ type Runtime struct {
 	mirror sessionMirror
 	// hostID names this host in what it writes to the store.
 	hostID string
+	// convs caches active sessions' conversations, tokens their
+	// continuation tokens.
+	convs  *conversationCache
+	tokens *tokenCache
 	policy Policy
 	log    *slog.Logger
 	obs    Observer
@@ -84,6 +91,10 @@ type sessionState struct {
 	// the next commit need not read it again (nil: read it). Guarded by
 	// mirror.
 	known *storage.KnownHead
+	// state is the session's mirror state as the turn's beforeTurn read
+	// it, for the turn's end (nil: read it again); any other write of the
+	// state clears it. Guarded by mirror.
+	state *sessiondb.MirrorState
 }
 
 // Open starts a runtime: it prepares and locks the state root, opens the
@@ -121,6 +132,8 @@ func Open(ctx context.Context, cfg Config) (*Runtime, error) {
 		now:      cfg.Now,
 		sessions: map[string]*sessionState{},
 		subs:     map[string]map[*subscriber]struct{}{},
+		convs:    newConversationCache(conversationCacheBytes, conversationIdle),
+		tokens:   newTokenCache(),
 	}
 	if r.maxSteps == 0 {
 		r.maxSteps = DefaultMaxSteps
@@ -146,7 +159,7 @@ func Open(ctx context.Context, cfg Config) (*Runtime, error) {
 	if r.root, err = stateroot.Open(cfg.StateRoot); err != nil {
 		return nil, err
 	}
-	if r.db, err = sessiondb.Open(ctx, filepath.Join(r.root.Path(stateroot.SessionsDir), "sessions.db")); err != nil {
+	if r.db, err = sessiondb.Open(ctx, r.root.SessionsPath()); err != nil {
 		return nil, err
 	}
 	if r.files, err = os.OpenRoot(r.root.Path(stateroot.FilesDir)); err != nil {
@@ -191,8 +204,28 @@ func Open(ctx context.Context, cfg Config) (*Runtime, error) {
 	r.reminders.start(r)
 	r.startActors(ctx)
 	r.mirror.start(r.bg)
+	r.sweepConversations(r.bg)
 	ok = true
 	return r, nil
+}
+
+// sweepConversations evicts idle conversations from the cache until ctx
+// ends.
+func (r *Runtime) sweepConversations(ctx context.Context) {
+	r.bgWG.Add(1)
+	go func() {
+		defer r.bgWG.Done()
+		tick := time.NewTicker(conversationIdle / 4)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+				r.convs.sweep(r.now())
+			}
+		}
+	}()
 }
 
 // checkAgent validates the agent definition.
@@ -247,7 +280,7 @@ func (r *Runtime) Info() Info {
 		StateRoot:     r.root.Dir(),
 		MaxSteps:      r.maxSteps,
 		Storage:       r.binding.Report(),
-		DefaultStore:  r.ownStore != nil,
+		DefaultStore:  r.embedded != nil,
 		Memory:        r.mem.Enabled(),
 		JournalPath:   r.mem.WorkspaceJournalPath(),
 		MirrorDropped: failed,
@@ -291,6 +324,7 @@ func (r *Runtime) Close() error {
 	}
 	r.bgWG.Wait()
 	r.ops.Wait() // running turns and flushes
+	r.mirror.save(context.Background(), true)
 	r.closeExperiments()
 	r.closeAllSubscribers()
 	r.mu.Lock()
@@ -308,9 +342,6 @@ func (r *Runtime) release() error {
 	var errs []error
 	if r.mem != nil {
 		errs = append(errs, r.mem.Close())
-	}
-	if r.ownStore != nil {
-		errs = append(errs, r.ownStore.Close())
 	}
 	if r.actors != nil {
 		errs = append(errs, r.actors.Close())

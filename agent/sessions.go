@@ -94,7 +94,9 @@ func checkFiles(files map[string]string) error {
 	return ie
 }
 
-// StartSession creates a session and runs its first turn. The turn's
+// StartSession creates a session and runs its first turn. The session is
+// stored with its first events, in one write: until then (while the
+// OnSessionStart and FirstPrompt hooks run) it is not listed. The turn's
 // failure (a model error, the step limit) is a result with status failed,
 // not an error; errors are for requests that cannot run: an *InvalidError
 // (ErrInvalid) naming the field, ErrClosed.
@@ -132,9 +134,6 @@ func (r *Runtime) StartSession(ctx context.Context, req StartRequest) (TurnResul
 		UpdatedAt: now,
 		Token:     newToken(),
 	}
-	if err := r.db.Put(ctx, m); err != nil {
-		return TurnResult{}, fmt.Errorf("agent: creating the session: %w", err)
-	}
 	if err := os.MkdirAll(r.workspaceDir(m.ID), 0o700); err != nil {
 		return TurnResult{}, fmt.Errorf("agent: creating the session workspace: %w", err)
 	}
@@ -144,7 +143,7 @@ func (r *Runtime) StartSession(ctx context.Context, req StartRequest) (TurnResul
 	return r.runTurn(ctx, turnRequest{
 		sessionID: m.ID, message: req.Message, files: req.WorkspaceFiles,
 		source: SourceAPI, note: note, onEvent: req.OnEvent, idem: idem,
-		enrolled: r.enroll(m.ID, m.ChannelID),
+		enrolled: r.enroll(m.ID, m.ChannelID), created: &m,
 	})
 }
 
@@ -513,6 +512,9 @@ func (r *Runtime) removeLocal(ctx context.Context, id string) error {
 			return err
 		}
 	}
+	r.convs.drop(id)
+	r.tokens.drop(id)
+	r.mirror.forget(id)
 	if err := r.db.Delete(ctx, id); err != nil {
 		return err
 	}

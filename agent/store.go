@@ -2,9 +2,12 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 
+	"agentkit/agent/sessiondb"
 	"agentkit/kv"
 	"agentkit/storage"
 )
@@ -18,26 +21,25 @@ func (r *Runtime) openStore(ctx context.Context) error {
 	backend := r.cfg.Store
 	name := r.cfg.StoreName
 	if backend == nil {
-		url, err := r.root.PrepareDefaultStore()
+		st, err := r.openDefaultStore(ctx)
 		if err != nil {
 			return fmt.Errorf("agent: opening the default store: %w", err)
 		}
-		db, err := kv.Open(ctx, url)
-		if err != nil {
+		if backend, err = kv.New("sqlite", st); err != nil {
 			return fmt.Errorf("agent: opening the default store: %w", err)
 		}
-		r.ownStore = db
-		backend = db
+		r.embedded = st
 		if name == "" {
 			name = "sqlite (default)"
 		}
 	}
 	obs := r.obs
+	r.storeObs = func(_ context.Context, o kv.Observation) { obs.StoreOp(string(o.Op), o.Duration, o.Err) }
 	var err error
 	r.binding, err = storage.Define(storage.Config{
 		Backend: backend, Name: name, Policy: r.cfg.Policy, Logger: r.log,
 		Evals: r.cfg.Evals, ABs: r.cfg.ABs,
-		Observer: func(_ context.Context, o kv.Observation) { obs.StoreOp(string(o.Op), o.Duration, o.Err) },
+		Observer: r.storeObs,
 	})
 	if err != nil {
 		return fmt.Errorf("agent: Config.Store: %w", err)
@@ -57,3 +59,46 @@ func (r *Runtime) openStore(ctx context.Context) error {
 
 // logStoreName is the store's name as logs show it.
 func (r *Runtime) logStoreName() slog.Attr { return slog.String("store", r.binding.Name()) }
+
+// openDefaultStore returns the default store: the embedded store of the
+// session database (sessiondb.Store). A format-1 state root's store file,
+// kv/kv.db, is copied into it first (keys, values and versions), then the
+// root is marked format 2 and the old file removed: a copy interrupted
+// before the mark is made again from the start at the next Open.
+func (r *Runtime) openDefaultStore(ctx context.Context) (*sessiondb.Store, error) {
+	st, err := r.db.Store(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if r.root.Format() >= 2 {
+		return st, nil
+	}
+	old := r.root.FormatOneKVPath()
+	if _, err := os.Stat(old); err == nil {
+		if err := r.db.ImportStore(ctx, old); err != nil {
+			return nil, err
+		}
+		r.log.Info("agent: moved the default store into the session database (state root format 2)", "from", old, "to", r.root.SessionsPath())
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return nil, err
+	}
+	if err := r.root.SetFormat(2); err != nil {
+		return nil, err
+	}
+	for _, suffix := range []string{"", "-wal", "-shm"} {
+		if err := os.Remove(old + suffix); err != nil && !errors.Is(err, os.ErrNotExist) {
+			r.log.Warn("agent: removing the default store's old file failed; nothing reads it any more", "file", old+suffix, "error", err)
+		}
+	}
+	return st, nil
+}
+
+// txStore returns the embedded default store seen inside the session
+// database's write tx, observed as the binding's store is.
+func (r *Runtime) txStore(tx *sessiondb.Tx) (*kv.DB, error) {
+	db, err := kv.New("sqlite", tx.Store())
+	if err != nil {
+		return nil, err
+	}
+	return db.WithObserver(r.storeObs), nil
+}

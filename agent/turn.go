@@ -8,6 +8,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"time"
 
 	"agentkit/abtest"
 	"agentkit/agent/sessiondb"
@@ -27,24 +28,47 @@ type turnRequest struct {
 	enrolled  map[string]string // A/B variants (first turn only)
 	idem      *Idempotency      // the request's Idempotency-Key, recorded with turn.started
 	noWait    bool              // a busy session is ErrBusy at once
+	created   *sessiondb.Meta   // a new session's row, stored with its first events
 }
 
 // turn is a running turn.
 type turn struct {
 	r       *Runtime
 	st      *sessionState
-	meta    sessiondb.Meta
+	meta    sessiondb.Meta // the session's row, with the turn's events so far
 	number  int64
 	onEvent func(Event)
 	ctx     context.Context // for local writes: not canceled with the caller
 	model   model.Model     // the agent's, or the session's A/B variant's
 	failure error           // the model error that failed the turn, if one did
+	created *sessiondb.Meta // a new session's row, until its first flush
+	conv    *conversation   // the session's conversation, with the turn's events
+	system  string          // the system prompt
+
+	// pending are the events recorded but not yet on disk, and recs their
+	// stored form: flush writes them in one transaction, then publishes
+	// them.
+	pending []Event
+	recs    []sessiondb.Record
 }
+
+// publishDelay is how long recorded events wait for the model's answer
+// before they are written and published on their own: a slow model call
+// does not hold back the events before it, and a fast one lets them share
+// one write with the answer.
+const publishDelay = 20 * time.Millisecond
 
 // runTurn runs one turn of a session: it waits for the session's previous
 // turn, brings the local copy up to the store's (the mirror's beforeTurn),
 // records turn.started, runs the model/tool loop, records turn.finished,
 // flushes the mirror and runs the AfterTurn hooks.
+//
+// Events are durable before anyone sees them: a recorded event waits in
+// memory until flush writes it (with the others waiting and the session's
+// row, in one transaction of the session database) and only then is
+// published to subscribers and OnEvent. A turn flushes before a tool runs,
+// when a model call outlasts publishDelay, and at its end, so a turn with
+// a quick model answer writes its events once.
 func (r *Runtime) runTurn(ctx context.Context, req turnRequest) (TurnResult, error) {
 	lockCtx := ctx
 	if req.noWait {
@@ -56,22 +80,29 @@ func (r *Runtime) runTurn(ctx context.Context, req turnRequest) (TurnResult, err
 	}
 	defer release()
 	wctx := context.WithoutCancel(ctx)
-	if err := r.mirror.beforeTurn(wctx, st, req.sessionID); err != nil && !errors.Is(err, sessiondb.ErrNotFound) {
-		return TurnResult{}, err
+	var m sessiondb.Meta
+	if req.created != nil {
+		m = *req.created
+		r.mirror.created(st, m.ID)
+	} else {
+		m, err = r.mirror.beforeTurn(wctx, st, req.sessionID)
+		if errors.Is(err, sessiondb.ErrNotFound) {
+			return TurnResult{}, fmt.Errorf("%w: %s (deleted while the turn waited)", ErrSessionNotFound, req.sessionID)
+		}
+		if err != nil {
+			return TurnResult{}, err
+		}
 	}
 	ctx, cancel := r.turnContext(ctx)
 	defer cancel()
-	m, err := r.db.Get(wctx, req.sessionID)
-	if errors.Is(err, sessiondb.ErrNotFound) {
-		return TurnResult{}, fmt.Errorf("%w: %s (deleted while the turn waited)", ErrSessionNotFound, req.sessionID)
-	}
+	conv, err := r.loadConversation(wctx, m.ID, r.convs.take(m.ID), m.LastSeq)
 	if err != nil {
+		r.convs.put(m.ID, nil, r.now())
 		return TurnResult{}, err
 	}
-	history, note, err := r.history(wctx, m.ID)
-	if err != nil {
-		return TurnResult{}, err
-	}
+	t := &turn{r: r, st: st, meta: m, number: m.Turns + 1, onEvent: req.onEvent, ctx: wctx, conv: conv, created: req.created}
+	defer func() { r.convs.put(m.ID, t.conv, r.now()) }()
+	note := conv.note
 	if m.Turns == 0 {
 		note = req.note
 	}
@@ -79,6 +110,7 @@ func (r *Runtime) runTurn(ctx context.Context, req turnRequest) (TurnResult, err
 	if err != nil {
 		return TurnResult{}, err
 	}
+	t.model, t.system = vs.model, systemPrompt(vs.instructions, note)
 	dir := r.workspaceDir(m.ID)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return TurnResult{}, fmt.Errorf("agent: the session workspace: %w", err)
@@ -100,7 +132,6 @@ func (r *Runtime) runTurn(ctx context.Context, req turnRequest) (TurnResult, err
 	}
 
 	started := r.now()
-	t := &turn{r: r, st: st, meta: m, number: m.Turns + 1, onEvent: req.onEvent, ctx: wctx, model: vs.model}
 	t.meta.Turns = t.number
 	startEv := Event{Type: EventTurnStarted, Source: req.source, Message: req.message, Note: note, Idempotency: req.idem}
 	if m.Turns == 0 {
@@ -109,13 +140,6 @@ func (r *Runtime) runTurn(ctx context.Context, req turnRequest) (TurnResult, err
 	if err := t.record(startEv); err != nil {
 		return TurnResult{}, err
 	}
-
-	var msgs []model.Message
-	if sys := systemPrompt(vs.instructions, note); sys != "" {
-		msgs = append(msgs, model.Message{Role: model.RoleSystem, Content: sys})
-	}
-	msgs = append(msgs, history...)
-	msgs = append(msgs, model.Message{Role: model.RoleUser, Content: req.message})
 	env := &tool.Env{
 		SessionID: m.ID,
 		ChannelID: m.ChannelID,
@@ -126,7 +150,7 @@ func (r *Runtime) runTurn(ctx context.Context, req turnRequest) (TurnResult, err
 		Actor:     r.toolActor(m.ID),
 		Logger:    r.logger(m.ID),
 	}
-	status, result, usage, loopErr := t.loop(abtest.WithOptions(ctx, vs.options), env, msgs)
+	status, result, usage, loopErr := t.loop(abtest.WithOptions(ctx, vs.options), env)
 	if loopErr != nil {
 		return TurnResult{}, loopErr
 	}
@@ -138,7 +162,9 @@ func (r *Runtime) runTurn(ctx context.Context, req turnRequest) (TurnResult, err
 	if err := t.record(Event{Type: EventTurnFinished, Status: status, Result: result, Usage: &u, DurationMS: dur.Milliseconds()}); err != nil {
 		return TurnResult{}, err
 	}
-	r.mirror.afterTurn(wctx, st, m.ID)
+	if err := r.mirror.endTurn(wctx, st, m.ID, turnEnd{meta: t.meta, recs: t.recs, write: t.flushWith}); err != nil {
+		return TurnResult{}, err
+	}
 	r.afterTurn(wctx, TurnInfo{
 		AgentName: r.agent.Name, StateRoot: r.root.Dir(),
 		SessionID: m.ID, ChannelID: m.ChannelID, Title: m.Title,
@@ -158,15 +184,20 @@ func (r *Runtime) runTurn(ctx context.Context, req turnRequest) (TurnResult, err
 // loop asks the model, runs the tools it calls and feeds the results back
 // until it answers with text or the step limit is reached. Only a failure
 // to record an event is returned as an error; everything else ends the
-// turn with a status.
-func (t *turn) loop(ctx context.Context, env *tool.Env, msgs []model.Message) (TurnStatus, string, model.Usage, error) {
+// turn with a status. Every request is the session's conversation with
+// this turn's events folded in (t.conv), so what the model sees within a
+// turn is what it sees of the turn later.
+func (t *turn) loop(ctx context.Context, env *tool.Env) (TurnStatus, string, model.Usage, error) {
 	r := t.r
 	var usage model.Usage
 	for step := 1; step <= r.maxSteps; step++ {
 		if ctx.Err() != nil {
 			return StatusFailed, stopMessage(ctx), usage, nil
 		}
-		resp, err := generate(ctx, t.model, model.Request{Messages: msgs, Tools: r.specs})
+		resp, err, ferr := t.generate(ctx, model.Request{Messages: t.conv.history(t.system), Tools: r.specs})
+		if ferr != nil {
+			return "", "", usage, ferr
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return StatusFailed, stopMessage(ctx), usage, nil
@@ -177,13 +208,12 @@ func (t *turn) loop(ctx context.Context, env *tool.Env, msgs []model.Message) (T
 		usage = usage.Add(resp.Usage)
 		u := resp.Usage
 		calls := resp.Message.ToolCalls
-		for i := range calls {
-			if calls[i].ID == "" {
-				calls[i].ID = fmt.Sprintf("call_%d_%d", step, i+1)
-			}
-		}
 		logged := make([]model.ToolCall, len(calls))
 		for i, c := range calls {
+			if c.ID == "" {
+				c.ID = fmt.Sprintf("call_%d_%d", step, i+1)
+			}
+			calls[i] = c
 			logged[i] = c
 			logged[i].Arguments = validJSON(c.Arguments)
 		}
@@ -193,7 +223,6 @@ func (t *turn) loop(ctx context.Context, env *tool.Env, msgs []model.Message) (T
 		if len(calls) == 0 {
 			return StatusCompleted, resp.Message.Content, usage, nil
 		}
-		msgs = append(msgs, model.Message{Role: model.RoleAssistant, Content: resp.Message.Content, ToolCalls: calls})
 		for _, call := range calls {
 			if ctx.Err() != nil {
 				return StatusFailed, stopMessage(ctx), usage, nil
@@ -205,14 +234,47 @@ func (t *turn) loop(ctx context.Context, env *tool.Env, msgs []model.Message) (T
 			if err := t.record(Event{Type: EventToolCall, Step: step, ToolCallID: call.ID, Tool: call.Name, Arguments: validJSON(args)}); err != nil {
 				return "", "", usage, err
 			}
+			// A tool acts outside the runtime: its call is on disk before
+			// it runs.
+			if err := t.flush(); err != nil {
+				return "", "", usage, err
+			}
 			out, isErr := t.runTool(ctx, env, call.Name, args)
 			if err := t.record(Event{Type: EventToolResult, Step: step, ToolCallID: call.ID, Tool: call.Name, Output: out, IsError: isErr}); err != nil {
 				return "", "", usage, err
 			}
-			msgs = append(msgs, model.Message{Role: model.RoleTool, ToolCallID: call.ID, Name: call.Name, Content: out})
 		}
 	}
 	return StatusFailed, fmt.Sprintf("the turn reached the step limit of %d model calls without a final answer; raise the agent's MaxSteps or ask for less in one turn", r.maxSteps), usage, nil
+}
+
+// generate calls the model. While it thinks, events already recorded wait
+// for its answer at most publishDelay, then are flushed (ferr is that
+// flush's error).
+func (t *turn) generate(ctx context.Context, req model.Request) (resp model.Response, err, ferr error) {
+	if len(t.pending) == 0 {
+		resp, err = generate(ctx, t.model, req)
+		return resp, err, nil
+	}
+	type answer struct {
+		resp model.Response
+		err  error
+	}
+	done := make(chan answer, 1)
+	go func() {
+		resp, err := generate(ctx, t.model, req)
+		done <- answer{resp, err}
+	}()
+	timer := time.NewTimer(publishDelay)
+	defer timer.Stop()
+	select {
+	case a := <-done:
+		return a.resp, a.err, nil
+	case <-timer.C:
+	}
+	ferr = t.flush()
+	a := <-done
+	return a.resp, a.err, ferr
 }
 
 // validJSON returns args, or args as a JSON string when they are not valid
@@ -245,9 +307,8 @@ func (t *turn) runTool(ctx context.Context, env *tool.Env, name string, args jso
 	return t.callTool(ctx, env, name, tl.Run, args)
 }
 
-// record stores one event of the turn on local disk, with the session's
-// new state, then publishes it to subscribers and the turn's OnEvent, and
-// tells the mirror (the debounce timer).
+// record adds one event to the turn: numbered, encoded, folded into the
+// conversation and kept in memory until the next flush writes it.
 func (t *turn) record(ev Event) error {
 	r := t.r
 	ev.SessionID = t.meta.ID
@@ -258,17 +319,62 @@ func (t *turn) record(ev Event) error {
 	if err != nil {
 		return fmt.Errorf("agent: encoding event: %w", err)
 	}
-	next := t.meta
-	next.LastSeq = ev.Seq
-	next.UpdatedAt = ev.At
-	if err := r.db.Record(t.ctx, next, sessiondb.Record{SessionID: ev.SessionID, Seq: ev.Seq, At: ev.At, Type: ev.Type, Data: data}); err != nil {
-		return fmt.Errorf("agent: recording the %s event of session %s: %w", ev.Type, ev.SessionID, err)
+	if err := t.conv.applyJSON(ev.SessionID, ev.Seq, data); err != nil {
+		return err
 	}
-	t.meta = next
-	r.publish(ev)
-	if t.onEvent != nil {
-		t.onEvent(ev)
+	t.meta.LastSeq = ev.Seq
+	t.meta.UpdatedAt = ev.At
+	t.pending = append(t.pending, ev)
+	t.recs = append(t.recs, sessiondb.Record{SessionID: ev.SessionID, Seq: ev.Seq, At: ev.At, Type: ev.Type, Data: data})
+	return nil
+}
+
+// flush writes the pending events and the session's row in one transaction
+// of the local database, then publishes them, in order, to subscribers and
+// the turn's OnEvent, and tells the mirror (the debounce timer). An event
+// is never published before it is on disk. A failed write fails the turn:
+// its pending events were never published, and the conversation is
+// dropped so that the next turn rebuilds it from what is on disk.
+func (t *turn) flush() error { return t.flushWith(nil) }
+
+// flushWith is flush, running extra (when set) in the same transaction
+// after the events are written: the mirror's part of a turn's last write
+// (sessionMirror.endTurn).
+func (t *turn) flushWith(extra func(tx *sessiondb.Tx) error) error {
+	if len(t.pending) == 0 && extra == nil {
+		return nil
 	}
+	r := t.r
+	err := r.db.Write(t.ctx, func(tx *sessiondb.Tx) error {
+		if t.created != nil {
+			if err := tx.Put(*t.created); err != nil {
+				return err
+			}
+		}
+		if err := tx.Record(t.meta, t.recs...); err != nil {
+			return err
+		}
+		if extra != nil {
+			return extra(tx)
+		}
+		return nil
+	})
+	if err != nil {
+		r.convs.drop(t.meta.ID)
+		t.conv = nil
+		what := "the state"
+		if len(t.pending) > 0 {
+			what = "the " + t.pending[0].Type + " event"
+		}
+		return fmt.Errorf("agent: recording %s of session %s: %w", what, t.meta.ID, err)
+	}
+	for _, ev := range t.pending {
+		r.publish(ev)
+		if t.onEvent != nil {
+			t.onEvent(ev)
+		}
+	}
+	t.pending, t.recs, t.created = t.pending[:0], t.recs[:0], nil
 	r.mirror.recorded(t.st, t.meta.ID)
 	return nil
 }
@@ -288,63 +394,4 @@ func (r *Runtime) afterTurn(ctx context.Context, ti TurnInfo) {
 func systemPrompt(instructions, note string) string {
 	parts := slices.DeleteFunc([]string{strings.TrimSpace(instructions), note}, func(s string) bool { return s == "" })
 	return strings.Join(parts, "\n\n")
-}
-
-// history rebuilds the conversation of a session from its events, and
-// returns the first-prompt note recorded by its first turn.
-func (r *Runtime) history(ctx context.Context, id string) ([]model.Message, string, error) {
-	var msgs []model.Message
-	var note string
-	pending := map[string]string{} // tool call id -> name, awaiting a result
-	closePending := func() {
-		// A turn that ended between a tool call and its result (a crash)
-		// leaves calls without results; models reject that, so answer them.
-		ids := make([]string, 0, len(pending))
-		for id := range pending {
-			ids = append(ids, id)
-		}
-		slices.Sort(ids)
-		for _, id := range ids {
-			msgs = append(msgs, model.Message{Role: model.RoleTool, ToolCallID: id, Name: pending[id], Content: "error: the turn ended before this tool returned"})
-		}
-		clear(pending)
-	}
-	var after int64
-	for {
-		recs, err := r.db.After(ctx, id, after, MaxPageSize)
-		if err != nil {
-			return nil, "", err
-		}
-		for _, rec := range recs {
-			ev, err := decodeEvent(rec)
-			if err != nil {
-				return nil, "", err
-			}
-			switch ev.Type {
-			case EventTurnStarted:
-				closePending()
-				if ev.Turn == 1 && ev.Note != "" {
-					note = ev.Note
-				}
-				msgs = append(msgs, model.Message{Role: model.RoleUser, Content: ev.Message})
-			case EventModelCall:
-				closePending()
-				msgs = append(msgs, model.Message{Role: model.RoleAssistant, Content: ev.Text, ToolCalls: ev.ToolCalls})
-				for _, c := range ev.ToolCalls {
-					pending[c.ID] = c.Name
-				}
-			case EventToolResult:
-				if _, ok := pending[ev.ToolCallID]; ok {
-					delete(pending, ev.ToolCallID)
-					msgs = append(msgs, model.Message{Role: model.RoleTool, ToolCallID: ev.ToolCallID, Name: ev.Tool, Content: ev.Output})
-				}
-			}
-			after = rec.Seq
-		}
-		if len(recs) < MaxPageSize {
-			break
-		}
-	}
-	closePending()
-	return msgs, note, nil
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"agentkit/agent"
@@ -435,5 +436,53 @@ func TestWorkspaceSeedUnderMemoryIsRefused(t *testing.T) {
 	})
 	if err == nil || !strings.Contains(err.Error(), "memory/journal.jsonl") {
 		t.Fatalf("Open with a seed under memory/: %v; want a refusal naming the path", err)
+	}
+}
+
+// TestAnEventIsOnDiskBeforeAnyoneSeesIt: when a turn's OnEvent or a
+// subscriber gets an event, the session database already holds it (a
+// client that saw event N finds it after any crash), for the events
+// written before a tool runs, while a slow model thinks, and at the end.
+func TestAnEventIsOnDiskBeforeAnyoneSeesIt(t *testing.T) {
+	ctx := context.Background()
+	rt := open(t, agent.Config{Agent: agent.Agent{Model: echoModel(t,
+		model.EchoStep{Tool: "list_files"},
+		model.EchoStep{Text: "done", Delay: "100ms"},
+	)}})
+	var mu sync.Mutex
+	var checked []int64
+	onDisk := func(e agent.Event) {
+		last, err := rt.LastEvents(ctx, e.SessionID, 1)
+		mu.Lock()
+		defer mu.Unlock()
+		if err != nil || len(last) == 0 || last[0].Seq < e.Seq {
+			t.Errorf("event %d (%s) was published before it was on disk: the database's last event is %+v (%v)", e.Seq, e.Type, last, err)
+		}
+		checked = append(checked, e.Seq)
+	}
+	res, err := rt.StartSession(ctx, agent.StartRequest{Message: "go", OnEvent: onDisk})
+	if err != nil || res.Turn.Status != agent.StatusCompleted {
+		t.Fatalf("%+v %v", res, err)
+	}
+	events, cancel := rt.Subscribe(res.SessionID)
+	defer cancel()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for e := range events {
+			onDisk(e)
+			if e.Type == agent.EventTurnFinished {
+				return
+			}
+		}
+	}()
+	if _, err := rt.Continue(ctx, agent.ContinueRequest{Token: res.ContinuationToken, Message: "again"}); err != nil {
+		t.Fatal(err)
+	}
+	<-done
+	mu.Lock()
+	defer mu.Unlock()
+	if len(checked) != 2*6 {
+		t.Errorf("checked %d events; want 6 from each turn (each calls a tool)", len(checked))
 	}
 }

@@ -204,7 +204,7 @@ type Info struct {
 	// policy in force (defaults filled in).
 	Storage storage.Report `json:"storage"`
 	// DefaultStore is true for the embedded default store under the state
-	// root (kv/kv.db).
+	// root (in sessions/sessions.db).
 	DefaultStore bool `json:"defaultStore"`
 	Memory       bool `json:"memory"`
 	// JournalPath is the memory journal's path in a session workspace

@@ -16,6 +16,9 @@ type Capabilities struct {
 	List   bool
 	// CAS is true only when all four methods of the CAS group are present.
 	CAS bool
+	// Batch is true when the backend applies batches atomically
+	// (Batcher); it comes with the CAS group, and is false without it.
+	Batch bool
 	// MissingCAS names the CAS methods a partial group lacks, in contract
 	// order. It is empty when the group is complete or wholly absent.
 	MissingCAS []string
@@ -85,6 +88,9 @@ func Discover(backend any) Capabilities {
 	_, present[2] = backend.(putIfVersioner)
 	_, present[3] = backend.(keyLister)
 	c.CAS, c.MissingCAS = casGroup(present)
+	if _, ok := backend.(Batcher); ok && c.CAS {
+		c.Batch = true
+	}
 	if p, ok := backend.(ProcessLocaler); ok && p.ProcessLocal() {
 		c.ProcessLocal = true
 		c.CASProcessLocal = c.CAS

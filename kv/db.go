@@ -74,6 +74,8 @@ type DB struct {
 	del  Deleter
 	list Lister
 	cas  CAS
+	// batch is the backend's atomic batch (Batcher), or nil.
+	batch Batcher
 	// closed is shared by the handles WithObserver makes.
 	closed *atomic.Bool
 	obs    []Observer
@@ -125,6 +127,9 @@ func New(name string, backend any) (*DB, error) {
 	}
 	if caps.CAS {
 		d.cas = backend.(CAS)
+	}
+	if caps.Batch {
+		d.batch = backend.(Batcher)
 	}
 	return d, nil
 }

@@ -66,7 +66,8 @@ func (u Usage) Add(v Usage) Usage {
 }
 
 // Request is one call to a model: the conversation so far and the tools it
-// may call.
+// may call. A model reads it and must not change it: Messages may share
+// memory with the caller's kept conversation (the runtime's does).
 type Request struct {
 	Messages []Message
 	Tools    []ToolSpec

@@ -12,7 +12,8 @@
 #   restore  bench/turn BenchmarkRestore: restore of 1,000 sessions vs raw reads
 #   turnalone bench/turn BenchmarkTurn and BenchmarkConcurrentTurns: agentkit's
 #            turn alone (store writes per turn), and 16 at once in process
-#   adk      bench/adk: append, turn and load against ADK, paired
+#   adk      bench/adk: append, turn and load against ADK, paired, and the
+#            least a turn of each can cost on PostgreSQL (BenchmarkTurnFloor)
 #   fsyncs   fsyncs per append and per turn, by file, counted with strace
 #   load     bench/load: agentkit serve at 1 and 16 clients
 #   profile  CPU profiles of the turn (go test -cpuprofile, go tool pprof -top)
@@ -108,7 +109,7 @@ run_turnalone() {
 run_adk() {
   step "adk: agentkit vs ADK, paired"
   adk_test
-  (cd "$OUT" && ./adk.test -test.run '^$' -test.bench '^Benchmark(Append|Turn)$' -test.benchtime 500x \
+  (cd "$OUT" && ./adk.test -test.run '^$' -test.bench '^Benchmark(Append|Turn|TurnFloor)$' -test.benchtime 500x \
     -test.count "$COUNT" -test.timeout 60m) | tee "$OUT/adk.txt"
   (cd "$OUT" && ./adk.test -test.run '^$' -test.bench '^BenchmarkLoadLast20$' \
     -test.count "$COUNT" -test.timeout 60m) | tee "$OUT/adk-load.txt"
@@ -161,11 +162,14 @@ run_fsyncs() {
   adk_test
   turn_test
   {
-    for b in 'BenchmarkAppend/db=sqlite/adk=wal$' 'BenchmarkAppend/db=sqlite/adk=default$' \
-      'BenchmarkTurn/db=sqlite/adk=wal$' 'BenchmarkTurn/db=sqlite/adk=default$' 'BenchmarkTurn/db=postgres$'; do
+    for b in '^BenchmarkAppend$/^db=sqlite/adk=wal$' '^BenchmarkAppend$/^db=sqlite/adk=default$' \
+      '^BenchmarkTurn$/^db=sqlite/adk=wal$' '^BenchmarkTurn$/^db=sqlite/adk=default$' '^BenchmarkTurn$/^db=postgres$'; do
       fsyncs_of "$OUT/adk.test" "$b"
     done
     fsyncs_of "$OUT/turn.test" '^BenchmarkFloor$'
+    fsyncs_of "$OUT/turn.test" '^BenchmarkTurn/store=sqlite$'
+    fsyncs_of "$OUT/turn.test" '^BenchmarkTurn/store=postgres$'
+    fsyncs_of "$OUT/turn.test" '^BenchmarkConcurrentTurns$'
   } | tee "$OUT/fsyncs.txt"
 }
 

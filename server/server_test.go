@@ -429,8 +429,10 @@ func TestInfoHealthAndMetrics(t *testing.T) {
 		`agentkit_turns_total{status="failed"} 0`,
 		`agentkit_turn_duration_seconds_count{status="completed"} 1`,
 		`agentkit_mirror_writes_dropped_total 0`,
-		`agentkit_store_operation_duration_seconds_count{op="put"}`,
-		`agentkit_store_operations_total{op="put",result="ok"}`,
+		// A turn's commit to a store with the batch capability (the
+		// memory driver's) is one atomic batch.
+		`agentkit_store_operation_duration_seconds_count{op="write_batch"}`,
+		`agentkit_store_operations_total{op="write_batch",result="ok"}`,
 		`agentkit_http_requests_total{code="201",route="POST /v1/sessions"} 1`,
 		`agentkit_http_requests_total{code="404",route="GET /v1/sessions/{id}"} 1`,
 		`agentkit_build_info{version="v9.8.7"} 1`,

@@ -83,26 +83,25 @@ func (b *Binding) partSize() int {
 	return n
 }
 
-// writeBatch stores batch b at its number: its parts first when it is too
-// large for one value (under keys unique to its id, so no other host ever
-// writes them), then the batch record, created only if the number is free
-// (PutIfAbsent) on a store with the CAS group. A taken number is an error
-// matching kv.ErrExists; so is, on a store with Get but without the CAS
-// group, a number found taken by a Get first.
-func (s *Sessions) writeBatch(ctx context.Context, b Batch) error {
+// batchOps returns the writes that store batch b at its number: its parts
+// first when it is too large for one value (under keys unique to its id,
+// so no other host ever writes them), then its record, created only if
+// the number is free (the last op, a PutIfAbsent).
+func (s *Sessions) batchOps(b Batch) ([]kv.BatchOp, error) {
 	k, err := key(s.a.keys.EventBatch(b.SessionID, uint64(b.Number)))
 	if err != nil {
-		return err
+		return nil, err
 	}
 	rec := batchRecord{Batch: b}
 	data, err := MarshalRecord(KindEventBatch, rec)
 	if err != nil {
-		return err
+		return nil, err
 	}
+	var ops []kv.BatchOp
 	if size := s.a.b.partSize(); len(data) > size {
 		events, err := json.Marshal(b.Events)
 		if err != nil {
-			return fmt.Errorf("storage: encoding the events of batch %d: %w", b.Number, err)
+			return nil, fmt.Errorf("storage: encoding the events of batch %d: %w", b.Number, err)
 		}
 		sum := sha256.Sum256(events)
 		rec = batchRecord{Batch: b, Size: len(events), SHA256: hex.EncodeToString(sum[:])}
@@ -111,28 +110,45 @@ func (s *Sessions) writeBatch(ctx context.Context, b Batch) error {
 			rec.Parts++
 			pk, err := key(s.a.keys.BatchPart(b.SessionID, b.ID, uint64(rec.Parts)))
 			if err != nil {
-				return err
+				return nil, err
 			}
-			if err := s.db().Put(ctx, pk, events[off:min(off+size, len(events))]); err != nil {
-				return err
-			}
+			ops = append(ops, kv.BatchOp{Kind: kv.BatchPut, Key: pk, Value: events[off:min(off+size, len(events))]})
 		}
 		if data, err = MarshalRecord(KindEventBatch, rec); err != nil {
+			return nil, err
+		}
+	}
+	return append(ops, kv.BatchOp{Kind: kv.BatchPutIfAbsent, Key: k, Value: data}), nil
+}
+
+// writeBatch stores batch b at its number, one write at a time
+// (batchOps): the parts with Put, then the record, created only if the
+// number is free (PutIfAbsent) on a store with the CAS group. A taken
+// number is an error matching kv.ErrExists; so is, on a store with Get but
+// without the CAS group, a number found taken by a Get first.
+func (s *Sessions) writeBatch(ctx context.Context, b Batch) error {
+	ops, err := s.batchOps(b)
+	if err != nil {
+		return err
+	}
+	for _, op := range ops[:len(ops)-1] {
+		if err := s.db().Put(ctx, op.Key, op.Value); err != nil {
 			return err
 		}
 	}
+	rec := ops[len(ops)-1]
 	switch {
 	case s.caps().CAS:
-		_, err = s.db().PutIfAbsent(ctx, k, data)
+		_, err = s.db().PutIfAbsent(ctx, rec.Key, rec.Value)
 		return err
 	case s.caps().Get:
-		if _, err := s.db().Get(ctx, k); err == nil {
-			return &kv.Error{Driver: s.a.b.name, Op: "put", Key: k, Err: fmt.Errorf("%w: %w", kv.ErrConflict, kv.ErrExists)}
+		if _, err := s.db().Get(ctx, rec.Key); err == nil {
+			return &kv.Error{Driver: s.a.b.name, Op: "put", Key: rec.Key, Err: fmt.Errorf("%w: %w", kv.ErrConflict, kv.ErrExists)}
 		} else if !errors.Is(err, kv.ErrNotFound) {
 			return err
 		}
 	}
-	return s.db().Put(ctx, k, data)
+	return s.db().Put(ctx, rec.Key, rec.Value)
 }
 
 // readBatchRecord reads the record of batch n, without its parts. It

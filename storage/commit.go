@@ -42,6 +42,24 @@ type CommitRequest struct {
 	// Commit reads the head as it would have. Ignored on a store without
 	// the CAS group, and on a retry.
 	Known *KnownHead
+	// Copies, when set, asks Commit to write the session's copies with
+	// the batch: its metadata (sessions/{id}/meta) and index entry for
+	// Meta, the removal of the previous index entry, and its continuation
+	// token's record. On a store with the batch capability they go in the
+	// same atomic batch as the event batch and the head, so they are
+	// written exactly when the head is; elsewhere Commit leaves them to
+	// the caller (CommitResult.Copied is false).
+	Copies *Copies
+}
+
+// Copies are the records a commit writes beside the batch and the head.
+type Copies struct {
+	// PrevIndexKey is the session-index entry the session's last commit
+	// wrote; it is removed when the new entry's key differs ("" for none).
+	PrevIndexKey string
+	// Token is the continuation token to record (continuations/{token}),
+	// or "" when the store has it already.
+	Token string
 }
 
 // KnownHead is a session head with its version, as a host last saw it.
@@ -92,6 +110,10 @@ type CommitResult struct {
 	// Version is the version of the head Commit wrote, when it wrote it
 	// and the store has the CAS group: pass it back as Known.
 	Version kv.Version
+	// Copied says the request's Copies were written with the head, and
+	// IndexKey is then the index entry's key.
+	Copied   bool
+	IndexKey string
 }
 
 // Commit appends a batch to a session in the store, never overwriting what
@@ -118,6 +140,11 @@ type CommitResult struct {
 // reader never waits for one. A store error in any step is returned as it
 // is: the outcome is unknown, and the caller retries the same request
 // later (same BatchID, Base, Meta and Events).
+//
+// On a store with the batch capability (kv.Batcher) steps 2 and 3 are one
+// atomic batch: the parts, the batch (create-only), the head (compare-and-
+// set) and the requested Copies are written together or not at all, in
+// one round trip. A loser then has nothing to remove.
 //
 // Without the CAS group the head and batch are written with Get-then-Put
 // (still refusing to write over a head that moved, but with a window
@@ -177,6 +204,9 @@ func (s *Sessions) Commit(ctx context.Context, req CommitRequest) (CommitResult,
 		return CommitResult{Outcome: Behind, Head: h}, nil
 	}
 
+	if s.caps().Batch {
+		return s.commitBatch(ctx, req, ver)
+	}
 	n, err := s.placeBatch(ctx, req)
 	if err != nil {
 		return CommitResult{}, err
@@ -269,4 +299,179 @@ func (s *Sessions) findOwn(ctx context.Context, id string, h Head, req CommitReq
 		return 0, false, nil
 	}
 	return 0, false, nil
+}
+
+// commitBatch is steps 2 and 3 of Commit in one atomic batch per attempt:
+// the batch's parts, the batch record at the next free number (create-
+// only), the head over version ver, and the Copies. A taken number is
+// stepped over as placeBatch does; a lost head leaves nothing behind.
+func (s *Sessions) commitBatch(ctx context.Context, req CommitRequest, ver kv.Version) (CommitResult, error) {
+	id := req.Meta.ID
+	b := Batch{
+		SessionID: id, ID: req.BatchID, Prev: req.Base.Number, PrevID: req.Base.ID,
+		Writer: req.Writer, Events: req.Events,
+	}
+	for n := req.Base.Number + 1; n <= req.Base.Number+maxSkip; n++ {
+		b.Number = n
+		next := Head{SessionMeta: req.Meta, BatchID: req.BatchID, Writer: req.Writer}
+		next.Batches = n
+		ops, err := s.batchOps(b)
+		if err != nil {
+			return CommitResult{}, err
+		}
+		batchAt := len(ops) - 1
+		headOp, err := s.headOp(next, ver)
+		if err != nil {
+			return CommitResult{}, err
+		}
+		headAt := len(ops)
+		ops = append(ops, headOp)
+		var indexKey string
+		if req.Copies != nil {
+			var copies []kv.BatchOp
+			if copies, indexKey, err = s.copyOps(next.SessionMeta, *req.Copies); err != nil {
+				return CommitResult{}, err
+			}
+			ops = append(ops, copies...)
+		}
+		vers, err := s.db().WriteBatch(ctx, ops)
+		if err == nil {
+			return CommitResult{Outcome: Committed, Batch: next.Tip(), Head: next, Version: vers[headAt], Copied: req.Copies != nil, IndexKey: indexKey}, nil
+		}
+		var be *kv.BatchError
+		if !errors.Is(err, kv.ErrConflict) || !errors.As(err, &be) {
+			return CommitResult{}, err
+		}
+		switch be.Index {
+		case batchAt:
+			// The number is taken: by another host's batch (next number),
+			// or, when an earlier attempt of this request wrote its batch
+			// without its head, by this one.
+			rec, _, rerr := s.readBatchRecord(ctx, id, n)
+			switch {
+			case rerr == nil && rec.ID == req.BatchID:
+				return s.commitHeadOnly(ctx, req, next, ver)
+			case rerr != nil && !errors.Is(rerr, kv.ErrNotFound):
+				return CommitResult{}, rerr
+			}
+			continue
+		case headAt:
+			return s.lostHead(ctx, req, n, false)
+		}
+		return CommitResult{}, err
+	}
+	return CommitResult{}, fmt.Errorf("storage: session %q: batch numbers %d to %d after the head are all taken by batches no head names; a host is writing them faster than it commits", id, req.Base.Number+1, req.Base.Number+maxSkip)
+}
+
+// commitHeadOnly writes the head (and copies) naming a batch an earlier
+// attempt placed.
+func (s *Sessions) commitHeadOnly(ctx context.Context, req CommitRequest, next Head, ver kv.Version) (CommitResult, error) {
+	headOp, err := s.headOp(next, ver)
+	if err != nil {
+		return CommitResult{}, err
+	}
+	ops := []kv.BatchOp{headOp}
+	var indexKey string
+	if req.Copies != nil {
+		copies, k, err := s.copyOps(next.SessionMeta, *req.Copies)
+		if err != nil {
+			return CommitResult{}, err
+		}
+		ops, indexKey = append(ops, copies...), k
+	}
+	vers, err := s.db().WriteBatch(ctx, ops)
+	if err == nil {
+		return CommitResult{Outcome: Committed, Batch: next.Tip(), Head: next, Version: vers[0], Copied: req.Copies != nil, IndexKey: indexKey}, nil
+	}
+	var be *kv.BatchError
+	if errors.Is(err, kv.ErrConflict) && errors.As(err, &be) && be.Index == 0 {
+		return s.lostHead(ctx, req, next.Batches, true)
+	}
+	return CommitResult{}, err
+}
+
+// lostHead settles a head write that lost its compare-and-set: the head
+// is read again, and an own earlier success (the head names the batch, or
+// links back to it) is Committed, never a conflict. Otherwise the request
+// is Behind (or Deleted), and its batch at number n, when placed says it
+// is there, is removed.
+func (s *Sessions) lostHead(ctx context.Context, req CommitRequest, n int64, placed bool) (CommitResult, error) {
+	id := req.Meta.ID
+	h, _, err := s.ReadHead(ctx, id)
+	if err != nil {
+		return CommitResult{}, err
+	}
+	if h.BatchID == req.BatchID {
+		return CommitResult{Outcome: Committed, Batch: h.Tip(), Head: h}, nil
+	}
+	if !h.Deleted {
+		ok, err := s.chainHas(ctx, id, h.Tip(), n, req.BatchID)
+		if err != nil {
+			return CommitResult{}, err
+		}
+		if ok {
+			return CommitResult{Outcome: Committed, Batch: BatchRef{Number: n, ID: req.BatchID}, Head: h}, nil
+		}
+	}
+	if placed {
+		s.deleteBatch(ctx, id, n, req.BatchID)
+	}
+	if h.Deleted {
+		return CommitResult{Outcome: Deleted, Head: h}, nil
+	}
+	return CommitResult{Outcome: Behind, Head: h}, nil
+}
+
+// headOp is the write of head h over version ver: PutIfVersion, or
+// PutIfAbsent for a session without a head.
+func (s *Sessions) headOp(h Head, ver kv.Version) (kv.BatchOp, error) {
+	k, err := key(s.a.keys.SessionHead(h.ID))
+	if err != nil {
+		return kv.BatchOp{}, err
+	}
+	data, err := MarshalRecord(KindSessionHead, h)
+	if err != nil {
+		return kv.BatchOp{}, err
+	}
+	if ver == "" {
+		return kv.BatchOp{Kind: kv.BatchPutIfAbsent, Key: k, Value: data}, nil
+	}
+	return kv.BatchOp{Kind: kv.BatchPutIfVersion, Key: k, Value: data, Version: ver}, nil
+}
+
+// copyOps are the writes of a session's copies for metadata m: the
+// metadata record, the index entry (and the removal of the previous one),
+// the token's record. It returns them and the index entry's key.
+func (s *Sessions) copyOps(m SessionMeta, c Copies) ([]kv.BatchOp, string, error) {
+	metaKey, err := key(s.a.keys.SessionMeta(m.ID))
+	if err != nil {
+		return nil, "", err
+	}
+	indexKey, err := key(s.a.keys.SessionIndex(m.UpdatedAt, m.ID))
+	if err != nil {
+		return nil, "", err
+	}
+	data, err := MarshalRecord(KindSessionMeta, m)
+	if err != nil {
+		return nil, "", err
+	}
+	ops := []kv.BatchOp{
+		{Kind: kv.BatchPut, Key: metaKey, Value: data},
+		{Kind: kv.BatchPut, Key: indexKey, Value: data},
+	}
+	if c.PrevIndexKey != "" && c.PrevIndexKey != indexKey {
+		ops = append(ops, kv.BatchOp{Kind: kv.BatchDelete, Key: c.PrevIndexKey})
+	}
+	if c.Token != "" {
+		tk, err := key(s.a.keys.Continuation(c.Token))
+		if err != nil {
+			return nil, "", err
+		}
+		rec, err := MarshalRecord(KindContinuation, continuationRecord{SessionID: m.ID})
+		if err != nil {
+			return nil, "", err
+		}
+		ops = append(ops, kv.BatchOp{Kind: kv.BatchPut, Key: tk, Value: rec})
+	}
+	return ops, indexKey, nil
 }

@@ -132,11 +132,87 @@ type host struct {
 	name string
 }
 
+// batchMode makes newHost give its hosts the batch capability (set by
+// sharedStores for its batch subtests).
+var batchMode bool
+
 func newHost(t *testing.T, shared *kv.DB, name string) *host {
 	t.Helper()
 	h := &hooked{db: shared}
-	b := define(t, storage.Config{Backend: h.funcs(), Name: name})
+	var backend any = h.funcs()
+	if batchMode {
+		backend = batchBackend{h: h, f: h.funcs()}
+	}
+	b := define(t, storage.Config{Backend: backend, Name: name})
+	if b.Capabilities().Batch != batchMode {
+		t.Fatalf("the host's store has the batch capability %v; want %v", b.Capabilities().Batch, batchMode)
+	}
 	return &host{hooked: h, s: agent(t, b, "a").Sessions(), name: name}
+}
+
+// batchBackend is a hooked store with the batch capability: the methods of
+// its funcs, and WriteBatch, which passes every op of the batch through
+// the hooks (a pause or a failure happens before anything is applied),
+// then applies the batch atomically on the shared store; a lost answer or
+// a second run applies to the whole batch.
+type batchBackend struct {
+	h *hooked
+	f kv.Funcs
+}
+
+func (b batchBackend) Put(ctx context.Context, k string, v []byte) error { return b.f.Put(ctx, k, v) }
+func (b batchBackend) Get(ctx context.Context, k string) ([]byte, error) { return b.f.Get(ctx, k) }
+func (b batchBackend) Delete(ctx context.Context, k string) error        { return b.f.Delete(ctx, k) }
+func (b batchBackend) List(ctx context.Context, p string) iter.Seq2[kv.Entry, error] {
+	return b.f.List(ctx, p)
+}
+func (b batchBackend) GetWithVersion(ctx context.Context, k string) ([]byte, kv.Version, error) {
+	return b.f.CAS.GetWithVersion(ctx, k)
+}
+func (b batchBackend) PutIfAbsent(ctx context.Context, k string, v []byte) (kv.Version, error) {
+	return b.f.CAS.PutIfAbsent(ctx, k, v)
+}
+func (b batchBackend) PutIfVersion(ctx context.Context, k string, v []byte, e kv.Version) (kv.Version, error) {
+	return b.f.CAS.PutIfVersion(ctx, k, v, e)
+}
+func (b batchBackend) ListKeys(ctx context.Context, p string) iter.Seq2[string, error] {
+	return b.f.CAS.ListKeys(ctx, p)
+}
+
+func (b batchBackend) WriteBatch(ctx context.Context, ops []kv.BatchOp) ([]kv.Version, error) {
+	opOf := map[kv.BatchKind]kv.Op{kv.BatchPut: kv.OpPut, kv.BatchPutIfAbsent: kv.OpPutIfAbsent, kv.BatchPutIfVersion: kv.OpPutIfVersion, kv.BatchDelete: kv.OpDelete}
+	for _, op := range ops {
+		if err := b.h.hook(opOf[op.Kind], op.Key); err != nil {
+			return nil, err
+		}
+	}
+	vers, err := b.h.db.WriteBatch(ctx, ops)
+	if err != nil {
+		return nil, unwrapKV(err)
+	}
+	b.h.mu.Lock()
+	twice := b.h.twice
+	b.h.mu.Unlock()
+	for _, op := range ops {
+		if b.h.isLost(opOf[op.Kind], op.Key) {
+			return nil, errLostAnswer
+		}
+		if twice != nil && twice(opOf[op.Kind], op.Key) {
+			vers, err := b.h.db.WriteBatch(ctx, ops)
+			return vers, unwrapKV(err)
+		}
+	}
+	return vers, nil
+}
+
+// unwrapKV returns the driver's error inside a *kv.Error, as a backend
+// returns it (the *DB wrapping this backend adds its own).
+func unwrapKV(err error) error {
+	var ke *kv.Error
+	if errors.As(err, &ke) {
+		return ke.Err
+	}
+	return err
 }
 
 // events returns events with sequence numbers from..to, tagged with who
@@ -192,8 +268,23 @@ func history(t *testing.T, h *host, id string) []string {
 
 func want(parts ...string) []string { return parts }
 
-// sharedStores runs f on a memory store and on PostgreSQL.
+// sharedStores runs f on a memory store and on PostgreSQL, each with
+// hosts that write one op at a time and with hosts that have the batch
+// capability (batchMode).
 func sharedStores(t *testing.T, f func(t *testing.T, shared func() *kv.DB)) {
+	for _, mode := range []struct {
+		name  string
+		batch bool
+	}{{"one-by-one", false}, {"batch", true}} {
+		t.Run(mode.name, func(t *testing.T) {
+			batchMode = mode.batch
+			defer func() { batchMode = false }()
+			sharedStoresOnce(t, f)
+		})
+	}
+}
+
+func sharedStoresOnce(t *testing.T, f func(t *testing.T, shared func() *kv.DB)) {
 	t.Run("mem", func(t *testing.T) {
 		db := memkv.New()
 		f(t, func() *kv.DB { return db })
@@ -768,4 +859,87 @@ func TestListIndexGoesOnPastABadEntry(t *testing.T) {
 	if !slices.Equal(ids, []string{"s1", "s0"}) || bads != 1 {
 		t.Errorf("index %q with %d bad entries", ids, bads)
 	}
+}
+
+// TestCopiesAreWrittenExactlyWithTheHead: with the batch capability a
+// commit's copies (metadata, index entry, token; the previous index entry
+// removed) land in the head's batch, and a commit that loses the head
+// writes none of them; without it Commit leaves them to the caller.
+func TestCopiesAreWrittenExactlyWithTheHead(t *testing.T) {
+	sharedStores(t, func(t *testing.T, shared func() *kv.DB) {
+		ctx := context.Background()
+		id := "s-" + storage.NewBatchID()[:8]
+		a, b := newHost(t, shared(), "A"), newHost(t, shared(), "B")
+		req := request(a, id, storage.BatchRef{}, 0, 1)
+		req.Copies = &storage.Copies{Token: "tok-" + id}
+		r1 := commit(t, a, req)
+		if r1.Copied != batchMode {
+			t.Fatalf("Copied %v on a store with batch capability %v", r1.Copied, batchMode)
+		}
+		prefix := "agentkit/v1/a/"
+		keysNow := func() []string {
+			var out []string
+			for k, err := range shared().ListKeys(ctx, prefix) {
+				if err != nil {
+					t.Fatal(err)
+				}
+				if strings.Contains(k, id) {
+					out = append(out, strings.TrimPrefix(k, prefix))
+				}
+			}
+			return out
+		}
+		if !batchMode {
+			if got := keysNow(); len(got) != 2 {
+				t.Errorf("keys after a one-by-one commit: %q; want the batch and the head only", got)
+			}
+			return
+		}
+		indexKey, _ := a.s.IndexKey(id, req.Meta.UpdatedAt)
+		if r1.IndexKey != indexKey {
+			t.Errorf("the result names index entry %q; want %q", r1.IndexKey, indexKey)
+		}
+		if m, _, err := a.s.ReadMeta(ctx, id); err != nil || m.Batches != 1 || m.LastSeq != 1 {
+			t.Errorf("the metadata copy: %+v %v; want batch 1, last event 1", m, err)
+		}
+		if got, err := a.s.ResolveToken(ctx, "tok-"+id); err != nil || got != id {
+			t.Errorf("the token: %q %v", got, err)
+		}
+		// B commits on top; A's commit from the old base loses and leaves
+		// no copy of its own.
+		l, err := b.s.Load(ctx, id, storage.BatchRef{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rb := request(b, id, l.Head.Tip(), 1, 1)
+		rb.Copies = &storage.Copies{PrevIndexKey: r1.IndexKey}
+		if res := commit(t, b, rb); res.Outcome != storage.Committed || !res.Copied {
+			t.Fatalf("B: %+v", res)
+		}
+		before := keysNow()
+		ra := request(a, id, r1.Batch, 1, 5)
+		ra.Copies = &storage.Copies{PrevIndexKey: r1.IndexKey}
+		if res := commit(t, a, ra); res.Outcome != storage.Behind || res.Copied {
+			t.Fatalf("A from the old base: %+v; want Behind, nothing copied", res)
+		}
+		if after := keysNow(); !slices.Equal(before, after) {
+			t.Errorf("the losing commit changed the keys: %q -> %q", before, after)
+		}
+		if m, _, err := a.s.ReadMeta(ctx, id); err != nil || m.LastSeq != 2 {
+			t.Errorf("the metadata after A lost: %+v %v; want B's (last event 2)", m, err)
+		}
+		// B's commit moved the index entry: one entry for the session.
+		var entries int
+		for e, err := range a.s.ListIndex(ctx) {
+			if err != nil {
+				t.Fatal(err)
+			}
+			if e.Meta.ID == id {
+				entries++
+			}
+		}
+		if entries != 1 {
+			t.Errorf("%d index entries for the session; want 1 (the previous removed)", entries)
+		}
+	})
 }

@@ -101,25 +101,50 @@ func MarshalRecord(k Kind, rec any) ([]byte, error) {
 // a record of this package is ErrBadRecord. Both errors name where and the
 // kind. It returns the record's version.
 func UnmarshalRecord(k Kind, where string, data []byte, rec any) (int, error) {
-	where = keys.Redact(where)
-	var head struct {
-		V *int `json:"v"`
-	}
-	if err := json.Unmarshal(data, &head); err != nil {
-		return 0, fmt.Errorf("%w: the %s at %q is not a JSON object (%v); it was not written by agentkit, or it is damaged", ErrBadRecord, k, where, err)
+	v, ok := leadingVersion(data)
+	if !ok {
+		var head struct {
+			V *int `json:"v"`
+		}
+		if err := json.Unmarshal(data, &head); err != nil {
+			return 0, fmt.Errorf("%w: the %s at %q is not a JSON object (%v); it was not written by agentkit, or it is damaged", ErrBadRecord, k, keys.Redact(where), err)
+		}
+		if head.V == nil {
+			return 0, fmt.Errorf(`%w: the %s at %q has no format version ("v"); it was not written by agentkit`, ErrBadRecord, k, keys.Redact(where))
+		}
+		v = *head.V
 	}
 	switch {
-	case head.V == nil:
-		return 0, fmt.Errorf(`%w: the %s at %q has no format version ("v"); it was not written by agentkit`, ErrBadRecord, k, where)
-	case *head.V > k.version:
-		return 0, fmt.Errorf("%w: the %s at %q has format version %d, and this build reads versions up to %d; upgrade agentkit on this host", ErrNewerFormat, k, where, *head.V, k.version)
-	case *head.V < 1:
-		return 0, fmt.Errorf("%w: the %s at %q has format version %d; versions start at 1", ErrBadRecord, k, where, *head.V)
+	case v > k.version:
+		return 0, fmt.Errorf("%w: the %s at %q has format version %d, and this build reads versions up to %d; upgrade agentkit on this host", ErrNewerFormat, k, keys.Redact(where), v, k.version)
+	case v < 1:
+		return 0, fmt.Errorf("%w: the %s at %q has format version %d; versions start at 1", ErrBadRecord, k, keys.Redact(where), v)
 	}
 	if err := json.Unmarshal(data, rec); err != nil {
-		return 0, fmt.Errorf("%w: the %s at %q does not decode: %v", ErrBadRecord, k, where, err)
+		return 0, fmt.Errorf("%w: the %s at %q does not decode: %v", ErrBadRecord, k, keys.Redact(where), err)
 	}
-	return *head.V, nil
+	return v, nil
+}
+
+// leadingVersion reads the format version of a record as MarshalRecord
+// writes it, `{"v":N,` or `{"v":N}` at the start, without decoding the
+// rest; ok is false for anything else (the caller then decodes it).
+func leadingVersion(data []byte) (int, bool) {
+	const prefix = `{"v":`
+	if len(data) < len(prefix)+2 || string(data[:len(prefix)]) != prefix {
+		return 0, false
+	}
+	v, i := 0, len(prefix)
+	for ; i < len(data) && data[i] >= '0' && data[i] <= '9'; i++ {
+		if i-len(prefix) >= 9 {
+			return 0, false
+		}
+		v = v*10 + int(data[i]-'0')
+	}
+	if i == len(prefix) || i >= len(data) || (data[i] != ',' && data[i] != '}') {
+		return 0, false
+	}
+	return v, true
 }
 
 // checkJSON rejects an empty or invalid JSON document before it is stored.

@@ -87,14 +87,33 @@ func (r BatchRef) matches(o BatchRef) bool {
 // metadata, index and token writes are plain Puts whose errors are returned
 // for the caller to keep and retry; reads check the head first, so a
 // deleted session never comes back through a stray key.
-type Sessions struct{ a *AgentStore }
+type Sessions struct {
+	a  *AgentStore
+	on *kv.DB // another handle on the store (On), or nil
+}
 
 // Sessions returns the agent's session records.
 func (a *AgentStore) Sessions() *Sessions { return &Sessions{a: a} }
 
-func (s *Sessions) db() *kv.DB { return s.a.b.db }
+// On returns the same records read and written through db, another handle
+// on the binding's store: the embedded default store seen inside a write
+// transaction of the session database it lives in, so that a commit is
+// part of that transaction. db must be the same store.
+func (s *Sessions) On(db *kv.DB) *Sessions { return &Sessions{a: s.a, on: db} }
 
-func (s *Sessions) caps() kv.Capabilities { return s.a.b.caps }
+func (s *Sessions) db() *kv.DB {
+	if s.on != nil {
+		return s.on
+	}
+	return s.a.b.db
+}
+
+func (s *Sessions) caps() kv.Capabilities {
+	if s.on != nil {
+		return s.on.Capabilities()
+	}
+	return s.a.b.caps
+}
 
 // key builds a key of the agent's scope, wrapping the error.
 func key(k string, err error) (string, error) {

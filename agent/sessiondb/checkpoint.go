@@ -18,7 +18,7 @@ func (d *DB) Checkpoint(ctx context.Context) error {
 
 // CheckpointFile checkpoints and truncates the write-ahead log of the
 // SQLite database at path through a connection of its own, for a database
-// another part of the process has open (the default store, kv/kv.db).
+// another part of the process has open (such as a format-1 kv/kv.db).
 func CheckpointFile(ctx context.Context, path string) error {
 	q := url.Values{}
 	q.Add("_pragma", "busy_timeout(5000)")

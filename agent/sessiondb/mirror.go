@@ -61,6 +61,13 @@ type MirrorState struct {
 	PendingMeta []byte
 }
 
+// Settled reports whether everything up to the last committed batch is in
+// the store: its metadata and index entry, and the token once a batch is.
+// A pending commit is not looked at.
+func (s MirrorState) Settled() bool {
+	return s.MetaSeq >= s.MirroredSeq && (s.TokenMirrored || s.MirroredSeq == 0)
+}
+
 // Owes reports whether the store lacks something of the session, given its
 // last event: events, a pending commit, the metadata, the index entry or
 // the token.
@@ -73,38 +80,48 @@ const mirrorCols = `s.mirrored_seq, s.batches, s.index_key, s.token_mirrored,
 	COALESCE(m.batch_id, ''), COALESCE(m.meta_seq, s.mirrored_seq), COALESCE(m.pending_id, ''),
 	COALESCE(m.pending_seq, 0), COALESCE(m.pending_meta, x'')`
 
-func scanMirror(row interface{ Scan(...any) error }, extra ...any) (MirrorState, error) {
+// getMirror reads a session's row and its mirror state in one query.
+const getMirror = `SELECT s.id, s.channel_id, s.title, s.created_at, s.updated_at, s.turns, s.last_seq, s.last_status, s.token,
+	` + mirrorCols + ` FROM sessions s LEFT JOIN mirror m ON m.session_id = s.id WHERE s.id = ?`
+
+func scanMirror(row interface{ Scan(...any) error }) (Meta, MirrorState, error) {
+	var m Meta
 	var st MirrorState
-	dest := append([]any{&st.MirroredSeq, &st.Batch, &st.IndexKey, &st.TokenMirrored,
-		&st.BatchID, &st.MetaSeq, &st.PendingID, &st.PendingSeq, &st.PendingMeta}, extra...)
-	if err := row.Scan(dest...); err != nil {
+	var created, updated int64
+	err := row.Scan(&m.ID, &m.ChannelID, &m.Title, &created, &updated, &m.Turns, &m.LastSeq, &m.LastStatus, &m.Token,
+		&st.MirroredSeq, &st.Batch, &st.IndexKey, &st.TokenMirrored,
+		&st.BatchID, &st.MetaSeq, &st.PendingID, &st.PendingSeq, &st.PendingMeta)
+	if err != nil {
 		if errors.Is(err, sql.ErrNoRows) {
-			return st, ErrNotFound
+			return m, st, ErrNotFound
 		}
-		return st, fmt.Errorf("sessiondb: %w", err)
+		return m, st, fmt.Errorf("sessiondb: %w", err)
 	}
-	return st, nil
+	m.CreatedAt = time.Unix(0, created).UTC()
+	m.UpdatedAt = time.Unix(0, updated).UTC()
+	m.MirroredSeq, m.Batches, m.IndexKey, m.TokenMirrored = st.MirroredSeq, st.Batch, st.IndexKey, st.TokenMirrored
+	return m, st, nil
 }
 
 // Mirror returns a session's row and its mirror state, or ErrNotFound.
 func (d *DB) Mirror(ctx context.Context, id string) (Meta, MirrorState, error) {
-	m, err := d.Get(ctx, id)
-	if err != nil {
-		return m, MirrorState{}, err
-	}
-	st, err := scanMirror(d.db.QueryRowContext(ctx, `SELECT `+mirrorCols+`
-		FROM sessions s LEFT JOIN mirror m ON m.session_id = s.id WHERE s.id = ?`, id))
-	return m, st, err
+	return scanMirror(d.queryRow(ctx, getMirror, id))
+}
+
+// Mirror returns a session's row and mirror state as the write sees them.
+func (tx *Tx) Mirror(id string) (Meta, MirrorState, error) {
+	return scanMirror(tx.queryRow(getMirror, id))
 }
 
 // SetMirror records a session's mirror state. A session deleted meanwhile
 // is ErrNotFound.
 func (d *DB) SetMirror(ctx context.Context, id string, st MirrorState) error {
-	return d.tx(ctx, func(tx *sql.Tx) error { return setMirrorTx(ctx, tx, id, st) })
+	return d.Write(ctx, func(tx *Tx) error { return tx.SetMirror(id, st) })
 }
 
-func setMirrorTx(ctx context.Context, tx *sql.Tx, id string, st MirrorState) error {
-	res, err := tx.ExecContext(ctx, `UPDATE sessions SET mirrored_seq = ?, batches = ?, index_key = ?, token_mirrored = ? WHERE id = ?`,
+// SetMirror records a session's mirror state (see DB.SetMirror).
+func (tx *Tx) SetMirror(id string, st MirrorState) error {
+	res, err := tx.exec(`UPDATE sessions SET mirrored_seq = ?, batches = ?, index_key = ?, token_mirrored = ? WHERE id = ?`,
 		st.MirroredSeq, st.Batch, st.IndexKey, st.TokenMirrored, id)
 	if err != nil {
 		return err
@@ -115,7 +132,7 @@ func setMirrorTx(ctx context.Context, tx *sql.Tx, id string, st MirrorState) err
 	if st.PendingMeta == nil {
 		st.PendingMeta = []byte{}
 	}
-	_, err = tx.ExecContext(ctx, `INSERT OR REPLACE INTO mirror (session_id, batch_id, meta_seq, pending_id, pending_seq, pending_meta) VALUES (?,?,?,?,?,?)`,
+	_, err = tx.exec(`INSERT OR REPLACE INTO mirror (session_id, batch_id, meta_seq, pending_id, pending_seq, pending_meta) VALUES (?,?,?,?,?,?)`,
 		id, st.BatchID, st.MetaSeq, st.PendingID, st.PendingSeq, st.PendingMeta)
 	return err
 }
@@ -125,7 +142,7 @@ func setMirrorTx(ctx context.Context, tx *sql.Tx, id string, st MirrorState) err
 // turn-end flush, or a store that failed), a pending commit, metadata, an
 // index entry or a token.
 func (d *DB) Backlog(ctx context.Context) ([]string, error) {
-	rows, err := d.db.QueryContext(ctx, `SELECT s.id FROM sessions s LEFT JOIN mirror m ON m.session_id = s.id
+	rows, err := d.query(ctx, `SELECT s.id FROM sessions s LEFT JOIN mirror m ON m.session_id = s.id
 		WHERE s.last_seq > s.mirrored_seq OR COALESCE(m.pending_id, '') != ''
 		OR COALESCE(m.meta_seq, s.mirrored_seq) < s.mirrored_seq
 		OR (s.token_mirrored = 0 AND s.mirrored_seq > 0)`)
@@ -153,106 +170,128 @@ func (d *DB) Backlog(ctx context.Context) ([]string, error) {
 // store's, all in one transaction. It returns how many local events were
 // forked. A session not here is ErrNotFound.
 func (d *DB) Adopt(ctx context.Context, m Meta, recs []Record, st MirrorState, lostTo string, now time.Time) (int, error) {
-	forked := 0
-	err := d.tx(ctx, func(tx *sql.Tx) error {
-		var lastSeq int64
-		if err := tx.QueryRowContext(ctx, `SELECT last_seq FROM sessions WHERE id = ?`, m.ID).Scan(&lastSeq); err != nil {
-			if errors.Is(err, sql.ErrNoRows) {
-				return ErrNotFound
-			}
-			return err
-		}
-		// The first local event that differs from the store's.
-		from := st.MirroredSeq + 1
-		if len(recs) > 0 {
-			from = recs[0].Seq
-		}
-		rows, err := tx.QueryContext(ctx, `SELECT seq, data FROM events WHERE session_id = ? AND seq >= ? ORDER BY seq`, m.ID, from)
-		if err != nil {
-			return err
-		}
-		byStore := map[int64][]byte{}
-		for _, r := range recs {
-			byStore[r.Seq] = r.Data
-		}
-		differ := int64(-1)
-		for rows.Next() {
-			var seq int64
-			var data []byte
-			if err := rows.Scan(&seq, &data); err != nil {
-				rows.Close()
-				return err
-			}
-			if s, ok := byStore[seq]; !ok || !bytes.Equal(s, data) {
-				differ = seq
-				break
-			}
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return err
-		}
-		keepUpTo := lastSeq // local events up to here equal the store's
-		if differ >= 0 {
-			keepUpTo = differ - 1
-			var fork int64
-			if err := tx.QueryRowContext(ctx, `SELECT COALESCE(MAX(fork), 0) + 1 FROM forked_events WHERE session_id = ?`, m.ID).Scan(&fork); err != nil {
-				return err
-			}
-			res, err := tx.ExecContext(ctx, `INSERT INTO forked_events (session_id, fork, seq, at, type, data, lost_to, forked_at)
-				SELECT session_id, ?, seq, at, type, data, ?, ? FROM events WHERE session_id = ? AND seq >= ?`,
-				fork, lostTo, now.UnixNano(), m.ID, differ)
-			if err != nil {
-				return err
-			}
-			n, _ := res.RowsAffected()
-			forked = int(n)
-			if _, err := tx.ExecContext(ctx, `DELETE FROM events WHERE session_id = ? AND seq >= ?`, m.ID, differ); err != nil {
-				return err
-			}
-		}
-		var fresh []Record
-		for _, r := range recs {
-			if r.Seq > keepUpTo {
-				fresh = append(fresh, r)
-			}
-		}
-		if err := appendTx(ctx, tx, fresh); err != nil {
-			return err
-		}
-		if _, err := tx.ExecContext(ctx, `UPDATE sessions SET channel_id = ?, title = ?, created_at = ?, updated_at = ?, turns = ?, last_seq = ?, last_status = ? WHERE id = ?`,
-			m.ChannelID, m.Title, m.CreatedAt.UnixNano(), m.UpdatedAt.UnixNano(), m.Turns, m.LastSeq, m.LastStatus, m.ID); err != nil {
-			return err
-		}
-		return setMirrorTx(ctx, tx, m.ID, st)
+	var forked int
+	err := d.Write(ctx, func(tx *Tx) error {
+		var err error
+		forked, err = tx.Adopt(m, recs, st, lostTo, now)
+		return err
 	})
 	return forked, err
+}
+
+// Adopt makes the store's history the session's (see DB.Adopt).
+func (tx *Tx) Adopt(m Meta, recs []Record, st MirrorState, lostTo string, now time.Time) (int, error) {
+	var lastSeq int64
+	if err := tx.queryRow(`SELECT last_seq FROM sessions WHERE id = ?`, m.ID).Scan(&lastSeq); err != nil {
+		if errors.Is(err, sql.ErrNoRows) {
+			return 0, ErrNotFound
+		}
+		return 0, err
+	}
+	// The first local event that differs from the store's.
+	from := st.MirroredSeq + 1
+	if len(recs) > 0 {
+		from = recs[0].Seq
+	}
+	rows, err := tx.query(`SELECT seq, data FROM events WHERE session_id = ? AND seq >= ? ORDER BY seq`, m.ID, from)
+	if err != nil {
+		return 0, err
+	}
+	byStore := map[int64][]byte{}
+	for _, r := range recs {
+		byStore[r.Seq] = r.Data
+	}
+	differ := int64(-1)
+	for rows.Next() {
+		var seq int64
+		var data []byte
+		if err := rows.Scan(&seq, &data); err != nil {
+			rows.Close()
+			return 0, err
+		}
+		if s, ok := byStore[seq]; !ok || !bytes.Equal(s, data) {
+			differ = seq
+			break
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return 0, err
+	}
+	forked := 0
+	keepUpTo := lastSeq // local events up to here equal the store's
+	if differ >= 0 {
+		keepUpTo = differ - 1
+		var fork int64
+		if err := tx.queryRow(`SELECT COALESCE(MAX(fork), 0) + 1 FROM forked_events WHERE session_id = ?`, m.ID).Scan(&fork); err != nil {
+			return 0, err
+		}
+		res, err := tx.exec(`INSERT INTO forked_events (session_id, fork, seq, at, type, data, lost_to, forked_at)
+			SELECT session_id, ?, seq, at, type, data, ?, ? FROM events WHERE session_id = ? AND seq >= ?`,
+			fork, lostTo, now.UnixNano(), m.ID, differ)
+		if err != nil {
+			return 0, err
+		}
+		n, _ := res.RowsAffected()
+		forked = int(n)
+		if _, err := tx.exec(`DELETE FROM events WHERE session_id = ? AND seq >= ?`, m.ID, differ); err != nil {
+			return 0, err
+		}
+	}
+	var fresh []Record
+	for _, r := range recs {
+		if r.Seq > keepUpTo {
+			fresh = append(fresh, r)
+		}
+	}
+	if err := tx.Append(fresh...); err != nil {
+		return 0, err
+	}
+	if _, err := tx.exec(`UPDATE sessions SET channel_id = ?, title = ?, created_at = ?, updated_at = ?, turns = ?, last_seq = ?, last_status = ? WHERE id = ?`,
+		m.ChannelID, m.Title, m.CreatedAt.UnixNano(), m.UpdatedAt.UnixNano(), m.Turns, m.LastSeq, m.LastStatus, m.ID); err != nil {
+		return 0, err
+	}
+	return forked, tx.SetMirror(m.ID, st)
 }
 
 // ImportMirrored stores a session loaded from the store with its events and
 // mirror state, unless the session is already here. It reports whether it
 // stored it.
 func (d *DB) ImportMirrored(ctx context.Context, m Meta, recs []Record, st MirrorState) (bool, error) {
-	imported := false
-	err := d.tx(ctx, func(tx *sql.Tx) error {
-		var one int
-		err := tx.QueryRowContext(ctx, `SELECT 1 FROM sessions WHERE id = ?`, m.ID).Scan(&one)
-		if err == nil {
-			return nil
-		}
-		if !errors.Is(err, sql.ErrNoRows) {
-			return err
-		}
-		if err := appendTx(ctx, tx, recs); err != nil {
-			return err
-		}
-		if err := putTx(ctx, tx, m); err != nil {
-			return err
-		}
-		imported = true
-		return setMirrorTx(ctx, tx, m.ID, st)
+	var imported bool
+	err := d.Write(ctx, func(tx *Tx) error {
+		var err error
+		imported, err = tx.ImportMirrored(m, recs, st)
+		return err
 	})
 	return imported, err
+}
+
+// ImportMirrored stores a session loaded from the store (see
+// DB.ImportMirrored). m's mirror fields are taken from st.
+func (tx *Tx) ImportMirrored(m Meta, recs []Record, st MirrorState) (bool, error) {
+	m.MirroredSeq, m.Batches, m.IndexKey, m.TokenMirrored = st.MirroredSeq, st.Batch, st.IndexKey, st.TokenMirrored
+	res, err := tx.exec(`INSERT OR IGNORE INTO sessions (`+metaCols+`) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)`, metaArgs(m)...)
+	if err != nil {
+		return false, err
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return false, nil // already here
+	}
+	if m.Token != "" {
+		if _, err := tx.exec(`INSERT OR REPLACE INTO tokens (token, session_id) VALUES (?, ?)`, m.Token, m.ID); err != nil {
+			return false, err
+		}
+	}
+	if err := tx.Append(recs...); err != nil {
+		return false, err
+	}
+	if st.PendingMeta == nil {
+		st.PendingMeta = []byte{}
+	}
+	_, err = tx.exec(`INSERT OR REPLACE INTO mirror (session_id, batch_id, meta_seq, pending_id, pending_seq, pending_meta) VALUES (?,?,?,?,?,?)`,
+		m.ID, st.BatchID, st.MetaSeq, st.PendingID, st.PendingSeq, st.PendingMeta)
+	return err == nil, err
 }
 
 // ForkedEvent is one event of a turn that lost the session head to another
@@ -269,7 +308,7 @@ type ForkedEvent struct {
 
 // Forked returns a session's forked events, by fork then sequence number.
 func (d *DB) Forked(ctx context.Context, id string) ([]ForkedEvent, error) {
-	rows, err := d.db.QueryContext(ctx, `SELECT fork, seq, at, type, data, lost_to, forked_at FROM forked_events
+	rows, err := d.query(ctx, `SELECT fork, seq, at, type, data, lost_to, forked_at FROM forked_events
 		WHERE session_id = ? ORDER BY fork, seq`, id)
 	if err != nil {
 		return nil, fmt.Errorf("sessiondb: %w", err)
@@ -286,17 +325,4 @@ func (d *DB) Forked(ctx context.Context, id string) ([]ForkedEvent, error) {
 		out = append(out, f)
 	}
 	return out, rows.Err()
-}
-
-// deleteMirrorTx removes a session's mirror row and forked events.
-func deleteMirrorTx(ctx context.Context, tx *sql.Tx, id string) error {
-	for _, q := range []string{
-		`DELETE FROM mirror WHERE session_id = ?`,
-		`DELETE FROM forked_events WHERE session_id = ?`,
-	} {
-		if _, err := tx.ExecContext(ctx, q, id); err != nil {
-			return err
-		}
-	}
-	return nil
 }

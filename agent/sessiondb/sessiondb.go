@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"net/url"
 	"strings"
+	"sync"
 	"time"
 
 	_ "modernc.org/sqlite" // the "sqlite" database/sql driver
@@ -60,10 +61,23 @@ type Record struct {
 	Data      []byte
 }
 
-// DB is an open session database. It is safe for concurrent use.
+// DB is an open session database. It is safe for concurrent use. Reads
+// run on a pool of connections with statements prepared once; writes go
+// through one writing connection owned by one goroutine, which commits
+// the writes waiting at the same moment together (see Write).
 type DB struct {
 	db *sql.DB
+	w  *writer
+
+	stmtMu sync.Mutex
+	stmts  map[string]*sql.Stmt // prepared on db, for reads
+
+	storeMu sync.Mutex
+	store   *Store // the embedded store (Store), once used
 }
+
+// maxReaders bounds the reading connections.
+const maxReaders = 8
 
 const schema = `
 CREATE TABLE IF NOT EXISTS sessions (
@@ -98,28 +112,110 @@ CREATE TABLE IF NOT EXISTS events (
 `
 
 // Open opens (creating if needed) the session database at path. The file
-// is in WAL mode with synchronous=FULL: an appended event is on disk when
-// Append returns. secure_delete is on: a deleted session's rows are
+// is in WAL mode with synchronous=FULL: a write is on disk when the call
+// that made it returns. secure_delete is on: a deleted session's rows are
 // overwritten with zeros, not left in the file's free space.
 func Open(ctx context.Context, path string) (*DB, error) {
 	q := url.Values{}
 	for _, p := range []string{"journal_mode(WAL)", "synchronous(FULL)", "busy_timeout(10000)", "secure_delete(ON)"} {
 		q.Add("_pragma", p)
 	}
-	q.Set("_txlock", "immediate")
 	db, err := sql.Open("sqlite", "file:"+path+"?"+q.Encode())
 	if err != nil {
 		return nil, fmt.Errorf("sessiondb: opening %s: %w", path, err)
 	}
-	if _, err := db.ExecContext(ctx, schema+mirrorSchema+idempotencySchema); err != nil {
+	db.SetMaxOpenConns(maxReaders + 1)
+	db.SetMaxIdleConns(maxReaders + 1)
+	db.SetConnMaxIdleTime(0)
+	db.SetConnMaxLifetime(0)
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		db.Close()
+		return nil, fmt.Errorf("sessiondb: opening %s: %w", path, err)
+	}
+	if _, err := conn.ExecContext(ctx, schema+mirrorSchema+idempotencySchema); err != nil {
+		conn.Close()
 		db.Close()
 		return nil, fmt.Errorf("sessiondb: preparing %s: %w", path, err)
 	}
-	return &DB{db: db}, nil
+	return &DB{db: db, w: newWriter(conn), stmts: map[string]*sql.Stmt{}}, nil
 }
 
-// Close closes the database.
-func (d *DB) Close() error { return d.db.Close() }
+// Close waits for the writes in progress, then closes the database.
+func (d *DB) Close() error {
+	err := d.w.close()
+	if d.store != nil {
+		err = errors.Join(err, d.store.r.Close())
+	}
+	d.stmtMu.Lock()
+	for _, st := range d.stmts {
+		err = errors.Join(err, st.Close())
+	}
+	d.stmts = map[string]*sql.Stmt{}
+	d.stmtMu.Unlock()
+	return errors.Join(err, d.db.Close())
+}
+
+// Write runs fn in a write transaction on the database's writing
+// connection and returns when that transaction is committed (on disk):
+// fn's error if it failed (its writes are then rolled back, and nothing
+// else), or the commit's. Writes waiting at the same moment share one
+// transaction and one commit (group commit), each in a savepoint of its
+// own. fn must not call DB's writing methods (that deadlocks); it uses
+// tx's. A ctx that ends before the write starts cancels it; a started
+// write runs to its end.
+func (d *DB) Write(ctx context.Context, fn func(tx *Tx) error) error {
+	return d.w.do(ctx, fn)
+}
+
+// Commits returns how many write transactions were committed since Open:
+// with group commit, fewer than the writes made.
+func (d *DB) Commits() int64 { return d.w.commits.Load() }
+
+// read returns the read statement q, prepared on the reading pool on
+// first use.
+func (d *DB) read(ctx context.Context, q string) (*sql.Stmt, error) {
+	d.stmtMu.Lock()
+	defer d.stmtMu.Unlock()
+	if st, ok := d.stmts[q]; ok {
+		return st, nil
+	}
+	st, err := d.db.PrepareContext(ctx, q)
+	if err != nil {
+		return nil, fmt.Errorf("sessiondb: %w", err)
+	}
+	d.stmts[q] = st
+	return st, nil
+}
+
+func (d *DB) query(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
+	st, err := d.read(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	return st.QueryContext(ctx, args...)
+}
+
+// rowScanner is a *sql.Row, or the error of preparing its statement.
+type rowScanner struct {
+	row *sql.Row
+	err error
+}
+
+func (r rowScanner) Scan(dest ...any) error {
+	if r.err != nil {
+		return r.err
+	}
+	return r.row.Scan(dest...)
+}
+
+func (d *DB) queryRow(ctx context.Context, q string, args ...any) rowScanner {
+	st, err := d.read(ctx, q)
+	if err != nil {
+		return rowScanner{err: err}
+	}
+	return rowScanner{row: st.QueryRowContext(ctx, args...)}
+}
 
 const metaCols = `id, channel_id, title, created_at, updated_at, turns, last_seq, last_status, token, mirrored_seq, batches, index_key, token_mirrored`
 
@@ -146,33 +242,39 @@ func metaArgs(m Meta) []any {
 
 // Put creates or replaces a session's row, and records its token.
 func (d *DB) Put(ctx context.Context, m Meta) error {
-	return d.tx(ctx, func(tx *sql.Tx) error {
-		return putTx(ctx, tx, m)
-	})
+	return d.Write(ctx, func(tx *Tx) error { return tx.Put(m) })
 }
 
-func putTx(ctx context.Context, tx *sql.Tx, m Meta) error {
-	if _, err := tx.ExecContext(ctx, `INSERT OR REPLACE INTO sessions (`+metaCols+`) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)`, metaArgs(m)...); err != nil {
+// Put creates or replaces a session's row, and records its token.
+func (tx *Tx) Put(m Meta) error {
+	if _, err := tx.exec(`INSERT OR REPLACE INTO sessions (`+metaCols+`) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)`, metaArgs(m)...); err != nil {
 		return err
 	}
 	if m.Token != "" {
-		if _, err := tx.ExecContext(ctx, `INSERT OR REPLACE INTO tokens (token, session_id) VALUES (?, ?)`, m.Token, m.ID); err != nil {
+		if _, err := tx.exec(`INSERT OR REPLACE INTO tokens (token, session_id) VALUES (?, ?)`, m.Token, m.ID); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
+const getMeta = `SELECT ` + metaCols + ` FROM sessions WHERE id = ?`
+
 // Get returns a session's row, or ErrNotFound.
 func (d *DB) Get(ctx context.Context, id string) (Meta, error) {
-	return scanMeta(d.db.QueryRowContext(ctx, `SELECT `+metaCols+` FROM sessions WHERE id = ?`, id))
+	return scanMeta(d.queryRow(ctx, getMeta, id))
+}
+
+// Get returns a session's row as the write sees it, or ErrNotFound.
+func (tx *Tx) Get(id string) (Meta, error) {
+	return scanMeta(tx.queryRow(getMeta, id))
 }
 
 // SessionOfToken returns the id of the session a continuation token names,
 // or ErrNotFound.
 func (d *DB) SessionOfToken(ctx context.Context, token string) (string, error) {
 	var id string
-	err := d.db.QueryRowContext(ctx, `SELECT session_id FROM tokens WHERE token = ?`, token).Scan(&id)
+	err := d.queryRow(ctx, `SELECT session_id FROM tokens WHERE token = ?`, token).Scan(&id)
 	if errors.Is(err, sql.ErrNoRows) {
 		return "", ErrNotFound
 	}
@@ -194,10 +296,10 @@ func (d *DB) List(ctx context.Context, limit int, after *Cursor) ([]Meta, error)
 	var rows *sql.Rows
 	var err error
 	if after == nil {
-		rows, err = d.db.QueryContext(ctx, `SELECT `+metaCols+` FROM sessions ORDER BY updated_at DESC, id DESC LIMIT ?`, limit)
+		rows, err = d.query(ctx, `SELECT `+metaCols+` FROM sessions ORDER BY updated_at DESC, id DESC LIMIT ?`, limit)
 	} else {
 		u := after.UpdatedAt.UnixNano()
-		rows, err = d.db.QueryContext(ctx, `SELECT `+metaCols+` FROM sessions
+		rows, err = d.query(ctx, `SELECT `+metaCols+` FROM sessions
 			WHERE updated_at < ? OR (updated_at = ? AND id < ?)
 			ORDER BY updated_at DESC, id DESC LIMIT ?`, u, u, after.ID, limit)
 	}
@@ -219,7 +321,7 @@ func (d *DB) List(ctx context.Context, limit int, after *Cursor) ([]Meta, error)
 // Count returns the number of sessions.
 func (d *DB) Count(ctx context.Context) (int, error) {
 	var n int
-	err := d.db.QueryRowContext(ctx, `SELECT count(*) FROM sessions`).Scan(&n)
+	err := d.queryRow(ctx, `SELECT count(*) FROM sessions`).Scan(&n)
 	return n, err
 }
 
@@ -228,7 +330,7 @@ func (d *DB) Count(ctx context.Context) (int, error) {
 // session is an error. Append does not touch the session's row; the
 // runtime updates it with Record.
 func (d *DB) Append(ctx context.Context, recs ...Record) error {
-	return d.tx(ctx, func(tx *sql.Tx) error { return appendTx(ctx, tx, recs) })
+	return d.Write(ctx, func(tx *Tx) error { return tx.Append(recs...) })
 }
 
 // AppendNext appends one event to a session, numbering it one past the
@@ -236,11 +338,11 @@ func (d *DB) Append(ctx context.Context, recs ...Record) error {
 // callers that do not track sequence numbers, such as benchmarks.
 func (d *DB) AppendNext(ctx context.Context, sessionID, typ string, at time.Time, data []byte) (int64, error) {
 	var seq int64
-	err := d.tx(ctx, func(tx *sql.Tx) error {
-		if err := tx.QueryRowContext(ctx, `SELECT COALESCE(MAX(seq), 0) + 1 FROM events WHERE session_id = ?`, sessionID).Scan(&seq); err != nil {
+	err := d.Write(ctx, func(tx *Tx) error {
+		if err := tx.queryRow(`SELECT COALESCE(MAX(seq), 0) + 1 FROM events WHERE session_id = ?`, sessionID).Scan(&seq); err != nil {
 			return err
 		}
-		return appendTx(ctx, tx, []Record{{SessionID: sessionID, Seq: seq, At: at, Type: typ, Data: data}})
+		return tx.Append(Record{SessionID: sessionID, Seq: seq, At: at, Type: typ, Data: data})
 	})
 	return seq, err
 }
@@ -250,44 +352,74 @@ func (d *DB) AppendNext(ctx context.Context, sessionID, typ string, at time.Time
 // status are set from m; its creation time, token and mirror fields are
 // left as they are. A missing session is ErrNotFound.
 func (d *DB) Record(ctx context.Context, m Meta, recs ...Record) error {
-	return d.tx(ctx, func(tx *sql.Tx) error {
-		if err := appendTx(ctx, tx, recs); err != nil {
-			return err
-		}
-		res, err := tx.ExecContext(ctx, `UPDATE sessions SET title = ?, updated_at = ?, turns = ?, last_seq = ?, last_status = ? WHERE id = ?`,
-			m.Title, m.UpdatedAt.UnixNano(), m.Turns, m.LastSeq, m.LastStatus, m.ID)
-		if err != nil {
-			return err
-		}
-		if n, _ := res.RowsAffected(); n == 0 {
-			return ErrNotFound
-		}
-		return nil
-	})
+	return d.Write(ctx, func(tx *Tx) error { return tx.Record(m, recs...) })
 }
 
-func appendTx(ctx context.Context, tx *sql.Tx, recs []Record) error {
-	if len(recs) == 0 {
-		return nil
+// Record stores events and the session's new state (see DB.Record).
+func (tx *Tx) Record(m Meta, recs ...Record) error {
+	if err := tx.Append(recs...); err != nil {
+		return err
 	}
-	st, err := tx.PrepareContext(ctx, `INSERT INTO events (session_id, seq, at, type, data) VALUES (?,?,?,?,?)`)
+	res, err := tx.exec(`UPDATE sessions SET title = ?, updated_at = ?, turns = ?, last_seq = ?, last_status = ? WHERE id = ?`,
+		m.Title, m.UpdatedAt.UnixNano(), m.Turns, m.LastSeq, m.LastStatus, m.ID)
 	if err != nil {
 		return err
 	}
-	defer st.Close()
-	for _, r := range recs {
-		if _, err := st.ExecContext(ctx, r.SessionID, r.Seq, r.At.UnixNano(), r.Type, r.Data); err != nil {
-			return fmt.Errorf("event %d of session %s: %w", r.Seq, r.SessionID, err)
-		}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return ErrNotFound
 	}
 	return nil
 }
 
+// insertRows is the most events one INSERT statement carries.
+const insertRows = 16
+
+// insertEvents[n] is the INSERT of n events.
+var insertEvents = func() []string {
+	q := make([]string, insertRows+1)
+	for n := 1; n <= insertRows; n++ {
+		var b strings.Builder
+		b.WriteString(`INSERT INTO events (session_id, seq, at, type, data) VALUES `)
+		for i := range n {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			b.WriteString(`(?,?,?,?,?)`)
+		}
+		q[n] = b.String()
+	}
+	return q
+}()
+
+// Append stores events (see DB.Append), up to insertRows a statement.
+func (tx *Tx) Append(recs ...Record) error {
+	for len(recs) > 0 {
+		n := min(len(recs), insertRows)
+		args := make([]any, 0, 5*n)
+		for _, r := range recs[:n] {
+			args = append(args, r.SessionID, r.Seq, r.At.UnixNano(), r.Type, r.Data)
+		}
+		if _, err := tx.exec(insertEvents[n], args...); err != nil {
+			if n == 1 {
+				return fmt.Errorf("sessiondb: event %d of session %s: %w", recs[0].Seq, recs[0].SessionID, err)
+			}
+			return fmt.Errorf("sessiondb: events %d to %d of session %s: %w", recs[0].Seq, recs[n-1].Seq, recs[0].SessionID, err)
+		}
+		recs = recs[n:]
+	}
+	return nil
+}
+
+const (
+	eventsAfter = `SELECT seq, at, type, data FROM events WHERE session_id = ? AND seq > ? ORDER BY seq LIMIT ?`
+	eventsLast  = `SELECT seq, at, type, data FROM events WHERE session_id = ? ORDER BY seq DESC LIMIT ?`
+	eventsRange = `SELECT seq, at, type, data FROM events WHERE session_id = ? AND seq >= ? AND seq <= ? ORDER BY seq`
+)
+
 // After returns up to limit events of a session with seq > after, in
 // order.
 func (d *DB) After(ctx context.Context, sessionID string, after int64, limit int) ([]Record, error) {
-	rows, err := d.db.QueryContext(ctx, `SELECT seq, at, type, data FROM events
-		WHERE session_id = ? AND seq > ? ORDER BY seq LIMIT ?`, sessionID, after, limit)
+	rows, err := d.query(ctx, eventsAfter, sessionID, after, limit)
 	if err != nil {
 		return nil, fmt.Errorf("sessiondb: reading events: %w", err)
 	}
@@ -296,8 +428,7 @@ func (d *DB) After(ctx context.Context, sessionID string, after int64, limit int
 
 // Last returns the last n events of a session, in ascending order.
 func (d *DB) Last(ctx context.Context, sessionID string, n int) ([]Record, error) {
-	rows, err := d.db.QueryContext(ctx, `SELECT seq, at, type, data FROM events
-		WHERE session_id = ? ORDER BY seq DESC LIMIT ?`, sessionID, n)
+	rows, err := d.query(ctx, eventsLast, sessionID, n)
 	if err != nil {
 		return nil, fmt.Errorf("sessiondb: reading events: %w", err)
 	}
@@ -306,8 +437,16 @@ func (d *DB) Last(ctx context.Context, sessionID string, n int) ([]Record, error
 
 // Range returns the events of a session with from <= seq <= to, in order.
 func (d *DB) Range(ctx context.Context, sessionID string, from, to int64) ([]Record, error) {
-	rows, err := d.db.QueryContext(ctx, `SELECT seq, at, type, data FROM events
-		WHERE session_id = ? AND seq >= ? AND seq <= ? ORDER BY seq`, sessionID, from, to)
+	rows, err := d.query(ctx, eventsRange, sessionID, from, to)
+	if err != nil {
+		return nil, fmt.Errorf("sessiondb: reading events: %w", err)
+	}
+	return scanRecords(sessionID, rows, false)
+}
+
+// Range returns events as the write sees them (see DB.Range).
+func (tx *Tx) Range(sessionID string, from, to int64) ([]Record, error) {
+	rows, err := tx.query(eventsRange, sessionID, from, to)
 	if err != nil {
 		return nil, fmt.Errorf("sessiondb: reading events: %w", err)
 	}
@@ -340,37 +479,21 @@ func scanRecords(sessionID string, rows *sql.Rows, reverse bool) ([]Record, erro
 // Delete removes a session, its tokens, its events, its mirror state and
 // its forked events.
 func (d *DB) Delete(ctx context.Context, id string) error {
-	return d.tx(ctx, func(tx *sql.Tx) error {
-		if err := deleteMirrorTx(ctx, tx, id); err != nil {
-			return err
-		}
-		for _, q := range []string{
-			`DELETE FROM events WHERE session_id = ?`,
-			`DELETE FROM tokens WHERE session_id = ?`,
-			`DELETE FROM sessions WHERE id = ?`,
-		} {
-			if _, err := tx.ExecContext(ctx, q, id); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
+	return d.Write(ctx, func(tx *Tx) error { return tx.Delete(id) })
 }
 
-func (d *DB) tx(ctx context.Context, fn func(*sql.Tx) error) error {
-	tx, err := d.db.BeginTx(ctx, nil)
-	if err != nil {
-		return fmt.Errorf("sessiondb: %w", err)
-	}
-	if err := fn(tx); err != nil {
-		tx.Rollback()
-		if errors.Is(err, ErrNotFound) || strings.HasPrefix(err.Error(), "sessiondb:") {
+// Delete removes a session (see DB.Delete).
+func (tx *Tx) Delete(id string) error {
+	for _, q := range []string{
+		`DELETE FROM mirror WHERE session_id = ?`,
+		`DELETE FROM forked_events WHERE session_id = ?`,
+		`DELETE FROM events WHERE session_id = ?`,
+		`DELETE FROM tokens WHERE session_id = ?`,
+		`DELETE FROM sessions WHERE id = ?`,
+	} {
+		if _, err := tx.exec(q, id); err != nil {
 			return err
 		}
-		return fmt.Errorf("sessiondb: %w", err)
-	}
-	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("sessiondb: commit: %w", err)
 	}
 	return nil
 }

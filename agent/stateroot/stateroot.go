@@ -1,32 +1,40 @@
 // Package stateroot manages an agentkit state root: the folder (--state-root)
 // holding a host's own copy of everything the runtime keeps.
 //
-// The layout is
+// The layout (format 2) is
 //
-//	FORMAT        the layout's format version, {"format":1}
+//	FORMAT        the layout's format version, {"format":2}
 //	HOST_ID       this host's id in the store (Root.HostID), made on first use
 //	serve.lock    the serving process's exclusive lock (flock) and PID
-//	sessions/     the local session database the runtime serves from
+//	sessions/     the local session database the runtime serves from,
+//	              sessions/sessions.db, which also holds the default store
+//	              (the SQLite driver's tables kv and kv_meta)
 //	reminders/    reminders hydrated from the store and created here
-//	kv/           the default store: kv/kv.db, opened with the SQLite driver
 //	memory/       the memory journal
 //	actors/       per-actor SQLite files
 //	workspaces/   one workspace folder per session, seen by the file tools
 //	files/        the agent's host files
+//
+// Format 1 kept the default store in a file of its own, kv/kv.db. The
+// runtime moves it into sessions/sessions.db (versions and all) the first
+// time it opens a format-1 root with the default store, then writes format
+// 2 and removes kv/kv.db; a root that never used the default store is
+// marked format 2 then too. DefaultStoreURL and KVPath follow the format,
+// so agentkit kv finds the default store in either layout.
 //
 // Open creates the layout (or checks an existing one) and takes the lock: a
 // second serving process on the same folder fails at once, naming the folder
 // and the holder's PID.
 //
 // Everything in a state root is the owner's alone: the root and every folder
-// in it are created 0700 and every file 0600 (the SQLite databases are
-// created empty with that mode before SQLite opens them, and SQLite gives
-// their -wal and -shm files the same). A root found with wider permissions,
-// as older versions made them, is tightened at Open: group and other
-// permissions are removed from everything in it. The lock is on serve.lock only, never on the SQLite
-// files, so read-only tools (agentkit kv ls on kv/kv.db) keep working beside
-// a server. Check validates the format without taking the lock, for those
-// tools.
+// in it are created 0700 and every file 0600 (the session database is
+// created empty with that mode before SQLite opens it, and SQLite gives its
+// -wal and -shm files the same). A root found with wider permissions, as
+// older versions made them, is tightened at Open: group and other
+// permissions are removed from everything in it. The lock is on serve.lock
+// only, never on the SQLite files, so read-only tools (agentkit kv ls on the
+// default store) keep working beside a server. Check validates the format
+// without taking the lock, for those tools.
 package stateroot
 
 import (
@@ -39,9 +47,11 @@ import (
 	"strings"
 )
 
-// Format is the layout version this build writes and reads. A state root
-// with a higher format was written by a newer agentkit and is refused.
-const Format = 1
+// Format is the layout version this build writes and reads (it reads
+// format 1 too, and moves it to 2: see the package documentation). A
+// state root with a higher format was written by a newer agentkit and is
+// refused.
+const Format = 2
 
 // Names of the files and folders at the root.
 const (
@@ -49,6 +59,7 @@ const (
 	LockFile     = "serve.lock"
 	SessionsDir  = "sessions"
 	RemindersDir = "reminders"
+	// KVDir held the default store in format 1 (KVFile in it).
 	KVDir        = "kv"
 	MemoryDir    = "memory"
 	ActorsDir    = "actors"
@@ -56,10 +67,11 @@ const (
 	FilesDir     = "files"
 )
 
-// KVFile is the default store's database file inside kv/.
+// KVFile is the default store's database file inside kv/ in format 1.
 const KVFile = "kv.db"
 
-// SessionsFile is the session database's file inside sessions/.
+// SessionsFile is the session database's file inside sessions/; since
+// format 2 it holds the default store too.
 const SessionsFile = "sessions.db"
 
 // Permissions of what a state root holds: owner-only.
@@ -99,8 +111,9 @@ func (e *LockedError) Is(target error) bool { return target == ErrLocked }
 
 // Root is an open, locked state root. Close releases the lock.
 type Root struct {
-	dir  string
-	lock *os.File
+	dir    string
+	lock   *os.File
+	format int // the layout's format as found (Format for a new root)
 }
 
 // Open prepares dir as a state root and takes its exclusive lock. It creates
@@ -143,17 +156,19 @@ func Open(dir string) (*Root, error) {
 func (r *Root) prepare() error {
 	switch f, err := readFormat(r.dir); {
 	case errors.Is(err, os.ErrNotExist):
-		if err := writeFormat(r.dir); err != nil {
+		if err := writeFormat(r.dir, Format); err != nil {
 			return err
 		}
+		r.format = Format
 	case err != nil:
 		return err
 	default:
 		if err := checkFormat(r.dir, f); err != nil {
 			return err
 		}
+		r.format = f
 	}
-	for _, d := range []string{SessionsDir, RemindersDir, KVDir, MemoryDir, ActorsDir, WorkspaceDir, FilesDir} {
+	for _, d := range []string{SessionsDir, RemindersDir, MemoryDir, ActorsDir, WorkspaceDir, FilesDir} {
 		if err := os.MkdirAll(filepath.Join(r.dir, d), DirPerm); err != nil {
 			return fmt.Errorf("stateroot: creating %s: %w", filepath.Join(r.dir, d), err)
 		}
@@ -209,9 +224,9 @@ func checkFormat(dir string, f int) error {
 	return nil
 }
 
-func writeFormat(dir string) error {
+func writeFormat(dir string, format int) error {
 	path := filepath.Join(dir, FormatFile)
-	b, _ := json.Marshal(formatRecord{Format: Format})
+	b, _ := json.Marshal(formatRecord{Format: format})
 	tmp := path + ".tmp"
 	if err := os.WriteFile(tmp, append(b, '\n'), FilePerm); err != nil {
 		return fmt.Errorf("stateroot: writing %s: %w", path, err)
@@ -239,28 +254,49 @@ func (r *Root) Path(name string, elem ...string) string {
 	return filepath.Join(append([]string{r.dir, name}, elem...)...)
 }
 
-// KVPath returns the default store's database file, kv/kv.db.
-func (r *Root) KVPath() string { return KVPath(r.dir) }
+// Format returns the layout's format: as found at Open, or as set by
+// SetFormat since.
+func (r *Root) Format() int { return r.format }
 
-// KVPath returns the default store's database file of the state root dir.
-func KVPath(dir string) string { return filepath.Join(dir, KVDir, KVFile) }
-
-// PrepareDefaultStore creates the default store's database file, kv/kv.db,
-// empty and owner-only when it does not exist yet, and returns its kv.Open
-// URL (DefaultStoreURL). SQLite would create it with the process's umask,
-// usually world-readable.
-func (r *Root) PrepareDefaultStore() (string, error) {
-	if err := CreatePrivate(r.KVPath()); err != nil {
-		return "", err
+// SetFormat writes the layout's format (atomically: a new file renamed over
+// the old one, then the folder synced), once the layout is what format
+// says.
+func (r *Root) SetFormat(format int) error {
+	if err := writeFormat(r.dir, format); err != nil {
+		return err
 	}
-	return DefaultStoreURL(r.dir), nil
+	if d, err := os.Open(r.dir); err == nil {
+		err = d.Sync()
+		d.Close()
+		if err != nil {
+			return fmt.Errorf("stateroot: writing %s: %w", filepath.Join(r.dir, FormatFile), err)
+		}
+	}
+	r.format = format
+	return nil
 }
 
 // SessionsPath returns the session database's file, sessions/sessions.db.
-func (r *Root) SessionsPath() string { return r.Path(SessionsDir, SessionsFile) }
+func (r *Root) SessionsPath() string { return filepath.Join(r.dir, SessionsDir, SessionsFile) }
+
+// FormatOneKVPath returns where a format-1 root kept the default store,
+// kv/kv.db.
+func (r *Root) FormatOneKVPath() string { return filepath.Join(r.dir, KVDir, KVFile) }
+
+// KVPath returns the default store's database file of the root.
+func (r *Root) KVPath() string { return KVPath(r.dir) }
+
+// KVPath returns the default store's database file of the state root dir:
+// sessions/sessions.db, or kv/kv.db in a format-1 root.
+func KVPath(dir string) string {
+	if f, err := readFormat(dir); err == nil && f == 1 {
+		return filepath.Join(dir, KVDir, KVFile)
+	}
+	return filepath.Join(dir, SessionsDir, SessionsFile)
+}
 
 // DefaultStoreURL returns the kv.Open URL of the default store of the state
-// root dir: "sqlite:" and the path of kv/kv.db.
+// root dir: "sqlite:" and KVPath's file.
 func DefaultStoreURL(dir string) string {
 	abs, err := filepath.Abs(dir)
 	if err != nil {

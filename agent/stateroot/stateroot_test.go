@@ -16,20 +16,20 @@ func TestOpenCreatesTheLayout(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	for _, d := range []string{SessionsDir, RemindersDir, KVDir, MemoryDir, ActorsDir, WorkspaceDir, FilesDir} {
+	for _, d := range []string{SessionsDir, RemindersDir, MemoryDir, ActorsDir, WorkspaceDir, FilesDir} {
 		if st, err := os.Stat(filepath.Join(dir, d)); err != nil || !st.IsDir() {
 			t.Errorf("%s: %v", d, err)
 		}
 	}
 	b, err := os.ReadFile(filepath.Join(dir, FormatFile))
-	if err != nil || strings.TrimSpace(string(b)) != `{"format":1}` {
+	if err != nil || strings.TrimSpace(string(b)) != `{"format":2}` || r.Format() != 2 {
 		t.Errorf("format file %q %v", b, err)
 	}
 	pid, _ := os.ReadFile(filepath.Join(dir, LockFile))
 	if strings.TrimSpace(string(pid)) != strconv.Itoa(os.Getpid()) {
 		t.Errorf("lock file holds %q, want this PID", pid)
 	}
-	if r.KVPath() != filepath.Join(dir, "kv", "kv.db") || DefaultStoreURL(dir) != "sqlite:"+filepath.Join(dir, "kv", "kv.db") {
+	if r.KVPath() != filepath.Join(dir, "sessions", "sessions.db") || DefaultStoreURL(dir) != "sqlite:"+filepath.Join(dir, "sessions", "sessions.db") {
 		t.Errorf("kv path %s / %s", r.KVPath(), DefaultStoreURL(dir))
 	}
 	if r.JournalPath() != filepath.Join(dir, "memory", "journal.jsonl") {
@@ -66,9 +66,9 @@ func TestSecondOpenFailsNamingTheFolderAndPID(t *testing.T) {
 
 func TestNewerFormatIsRefused(t *testing.T) {
 	dir := t.TempDir()
-	os.WriteFile(filepath.Join(dir, FormatFile), []byte(`{"format":2}`), 0o644)
+	os.WriteFile(filepath.Join(dir, FormatFile), []byte(`{"format":3}`), 0o644)
 	_, err := Open(dir)
-	if !errors.Is(err, ErrNewerFormat) || !strings.Contains(err.Error(), "upgrade agentkit") || !strings.Contains(err.Error(), "format 2") {
+	if !errors.Is(err, ErrNewerFormat) || !strings.Contains(err.Error(), "upgrade agentkit") || !strings.Contains(err.Error(), "format 3") {
 		t.Fatalf("got %v", err)
 	}
 	if err := Check(dir); !errors.Is(err, ErrNewerFormat) {
@@ -85,7 +85,7 @@ func TestCorruptFormatIsRefused(t *testing.T) {
 		dir := t.TempDir()
 		os.WriteFile(filepath.Join(dir, FormatFile), []byte(content), 0o644)
 		_, err := Open(dir)
-		if !errors.Is(err, ErrBadFormat) || !strings.Contains(err.Error(), `{"format":1}`) {
+		if !errors.Is(err, ErrBadFormat) || !strings.Contains(err.Error(), `{"format":2}`) {
 			t.Errorf("%q: got %v", content, err)
 		}
 	}
@@ -108,13 +108,9 @@ func TestOpenMakesEverythingOwnerOnly(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	url, err := r.PrepareDefaultStore()
-	if err != nil || url != DefaultStoreURL(dir) {
-		t.Fatalf("PrepareDefaultStore = %q, %v", url, err)
-	}
 	defer r.Close()
-	want := map[string]os.FileMode{".": 0o700, FormatFile: 0o600, LockFile: 0o600, filepath.Join(SessionsDir, SessionsFile): 0o600, filepath.Join(KVDir, KVFile): 0o600}
-	for _, d := range []string{SessionsDir, RemindersDir, KVDir, MemoryDir, ActorsDir, WorkspaceDir, FilesDir} {
+	want := map[string]os.FileMode{".": 0o700, FormatFile: 0o600, LockFile: 0o600, filepath.Join(SessionsDir, SessionsFile): 0o600}
+	for _, d := range []string{SessionsDir, RemindersDir, MemoryDir, ActorsDir, WorkspaceDir, FilesDir} {
 		want[d] = 0o700
 	}
 	for name, mode := range want {
@@ -155,5 +151,34 @@ func TestOpenTightensAWideRoot(t *testing.T) {
 	}
 	if st, err := os.Stat(outside); err != nil || st.Mode().Perm() != 0o644 {
 		t.Error("the walk followed a symlink out of the root")
+	}
+}
+
+// TestTheDefaultStoreFollowsTheFormat: a format-1 root keeps its default
+// store in kv/kv.db until the runtime moves it and sets format 2; a root
+// with no format file yet gets the new layout.
+func TestTheDefaultStoreFollowsTheFormat(t *testing.T) {
+	dir := t.TempDir()
+	if got, want := DefaultStoreURL(dir), "sqlite:"+filepath.Join(dir, "sessions", "sessions.db"); got != want {
+		t.Errorf("a root with no format file: %s, want %s", got, want)
+	}
+	os.WriteFile(filepath.Join(dir, FormatFile), []byte(`{"format":1}`), 0o644)
+	if got, want := DefaultStoreURL(dir), "sqlite:"+filepath.Join(dir, "kv", "kv.db"); got != want {
+		t.Errorf("format 1: %s, want %s", got, want)
+	}
+	r, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if r.Format() != 1 || r.FormatOneKVPath() != filepath.Join(dir, "kv", "kv.db") {
+		t.Errorf("an open format-1 root: format %d, old store %s", r.Format(), r.FormatOneKVPath())
+	}
+	if err := r.SetFormat(2); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(filepath.Join(dir, FormatFile))
+	if r.Format() != 2 || strings.TrimSpace(string(b)) != `{"format":2}` || r.KVPath() != r.SessionsPath() {
+		t.Errorf("after SetFormat(2): format %d, file %q, store %s", r.Format(), b, r.KVPath())
 	}
 }

@@ -52,7 +52,7 @@ type writeCounter struct {
 // StoreOp counts the writes.
 func (c *writeCounter) StoreOp(op string, _ time.Duration, _ error) {
 	switch op {
-	case "put", "delete", "put_if_absent", "put_if_version":
+	case "put", "delete", "put_if_absent", "put_if_version", "write_batch":
 		c.mu.Lock()
 		c.n++
 		c.mu.Unlock()
@@ -66,7 +66,8 @@ func (c *writeCounter) total() int {
 }
 
 // openAKSQLite opens a runtime on root with the default store: the SQLite
-// file root/kv/kv.db (kv/sqlitekv: WAL, synchronous=FULL).
+// driver's tables inside the session database, root/sessions/sessions.db
+// (WAL, synchronous=FULL).
 func openAKSQLite(ctx context.Context, root string) (*akRuntime, error) {
 	w := &writeCounter{}
 	rt, err := openRuntime(ctx, root, nil, w)

@@ -86,12 +86,12 @@ func BenchmarkAppend(b *testing.B) {
 //     AppendEvents; a Create every turnsPerSession turns).
 //   - agentkit: Runtime.Continue (StartSession every turnsPerSession turns)
 //     with its echo model and the memory journal off: the token looked up,
-//     the session's row and events read and the conversation rebuilt,
-//     three durable local writes (turn.started, model.call,
-//     turn.finished), then the turn-end mirror to the store. db=sqlite
-//     mirrors to the embedded default store (a second local SQLite file,
-//     WAL, synchronous=FULL); db=postgres to kv/pgkv, while the session
-//     database stays local.
+//     the session's row and head read, the kept conversation extended,
+//     three events recorded and written durably with their commit to the
+//     store. db=sqlite commits to the embedded default store, whose tables
+//     are in the session database, in the events' own transaction (WAL,
+//     synchronous=FULL); db=postgres commits to kv/pgkv in one batch at
+//     the same time as the local write of the events.
 //
 // It also reports agentkit-store-writes/op, the store writes of a turn,
 // and on PostgreSQL adk-commits/op.

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"text/tabwriter"
@@ -17,6 +18,7 @@ import (
 // level is what one concurrency level measured over its rounds.
 type level struct {
 	clients   int
+	floor     bool            // the disk's own floor (diskFloor), not turns
 	latencies []time.Duration // one per completed turn
 	elapsed   time.Duration   // the level's measured time, over its rounds
 	errors    int
@@ -103,7 +105,7 @@ func (c *client) turn(ctx context.Context) error {
 
 // measure runs the warm-up, then every level for cfg.duration, cfg.rounds
 // times, alternating.
-func measure(ctx context.Context, base string, cfg config, info io.Writer) ([]*level, error) {
+func measure(ctx context.Context, base string, cfg config, floorDir string, info io.Writer) ([]*level, error) {
 	most := slices.Max(cfg.clients)
 	tr := &http.Transport{MaxIdleConns: most, MaxIdleConnsPerHost: most, IdleConnTimeout: time.Minute}
 	defer tr.CloseIdleConnections()
@@ -124,6 +126,7 @@ func measure(ctx context.Context, base string, cfg config, info io.Writer) ([]*l
 	for i, n := range cfg.clients {
 		levels[i] = &level{clients: n}
 	}
+	var floor *level
 	for r := range cfg.rounds {
 		for _, l := range levels {
 			if err := ctx.Err(); err != nil {
@@ -132,6 +135,24 @@ func measure(ctx context.Context, base string, cfg config, info io.Writer) ([]*l
 			fmt.Fprintf(info, "load: round %d, %d clients for %s\n", r+1, l.clients, cfg.duration)
 			drive(ctx, base, hc, msg, cfg.turns, l, cfg.duration)
 		}
+		if floorDir != "" {
+			fmt.Fprintf(info, "load: round %d, the disk's floor, %d writers for %s\n", r+1, most, cfg.duration)
+			f, err := diskFloor(ctx, floorDir, most, cfg.duration)
+			if err != nil {
+				return nil, fmt.Errorf("the disk's floor: %w", err)
+			}
+			if floor == nil {
+				floor = f
+				floor.floor = true
+			} else {
+				floor.latencies = append(floor.latencies, f.latencies...)
+				floor.elapsed += f.elapsed
+				floor.errors += f.errors
+			}
+		}
+	}
+	if floor != nil {
+		levels = append(levels, floor)
 	}
 	return levels, nil
 }
@@ -193,6 +214,15 @@ func report(out io.Writer, conditions string, cfg config, levels []*level) {
 		cfg.turns, cfg.turns-1, cfg.messageBytes, cfg.duration, cfg.rounds)
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "clients\tturns\terrors\tturns/s\tp50\tp90\tp99\tmax\tp99/p50\t")
+	var floor *level
+	var turnLevels []*level
+	for _, l := range levels {
+		if l.floor {
+			floor = l
+		} else {
+			turnLevels = append(turnLevels, l)
+		}
+	}
 	for _, l := range levels {
 		s := slices.Clone(l.latencies)
 		slices.Sort(s)
@@ -201,10 +231,18 @@ func report(out io.Writer, conditions string, cfg config, levels []*level) {
 		if p50 > 0 {
 			ratio = float64(p99) / float64(p50)
 		}
-		fmt.Fprintf(tw, "%d\t%d\t%d\t%.1f\t%s\t%s\t%s\t%s\t%.2f\t\n", l.clients, len(s), l.errors, l.throughput(),
+		name := strconv.Itoa(l.clients)
+		if l.floor {
+			name = fmt.Sprintf("fsync ×%d", l.clients)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%.1f\t%s\t%s\t%s\t%s\t%.2f\t\n", name, len(s), l.errors, l.throughput(),
 			ms(p50), ms(quantile(s, 0.90)), ms(p99), ms(quantile(s, 1)), ratio)
 	}
 	tw.Flush()
+	if floor != nil {
+		fmt.Fprintf(out, "(fsync ×%d: the disk's floor, %d writers each writing %d bytes to a file of its own and fsyncing it, between the levels; its \"turns\" are writes)\n", floor.clients, floor.clients, floorRecord)
+	}
+	levels = turnLevels
 	if len(levels) == 0 {
 		return
 	}
@@ -220,7 +258,15 @@ func report(out io.Writer, conditions string, cfg config, levels []*level) {
 	s := slices.Clone(hi.latencies)
 	slices.Sort(s)
 	if p50 := quantile(s, 0.5); p50 > 0 {
-		fmt.Fprintf(out, "\np99/p50 at %d clients: %.2f (target: at most 5)\n", hi.clients, float64(quantile(s, 0.99))/float64(p50))
+		fmt.Fprintf(out, "\np99/p50 at %d clients: %.2f (target: at most 5)", hi.clients, float64(quantile(s, 0.99))/float64(p50))
+		if floor != nil {
+			f := slices.Clone(floor.latencies)
+			slices.Sort(f)
+			if fp50 := quantile(f, 0.5); fp50 > 0 {
+				fmt.Fprintf(out, "; the disk's own with %d writers: %.2f", floor.clients, float64(quantile(f, 0.99))/float64(fp50))
+			}
+		}
+		fmt.Fprintln(out)
 	}
 	if hi != lo && lo.throughput() > 0 {
 		fmt.Fprintf(out, "throughput at %d clients / at %d: %.2f (target: at least 1.5 from 1 to 16 clients)\n", hi.clients, lo.clients, hi.throughput()/lo.throughput())

@@ -28,6 +28,13 @@
 // the highest level that is not counted; with -rounds N the levels
 // alternate N times (1, 16, 1, 16, ...) so that drift on a shared machine
 // hits them alike, and each level's figures are over all its rounds.
+//
+// With a started server, each round ends with the disk's floor (-floor,
+// on by default): as many writers as the highest level, each writing 400
+// bytes to a file of its own beside the state root and fsyncing it, for
+// -duration. Its p99/p50 is the disk's own tail under that many durable
+// writers, printed beside the server's: no turn, whose events are fsynced
+// before it answers, can be steadier.
 package main
 
 import (
@@ -53,6 +60,7 @@ type config struct {
 	rounds, turns      int
 	messageBytes       int
 	keep               bool
+	floor              bool
 }
 
 func main() {
@@ -89,6 +97,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&cfg.turns, "turns", 8, "turns per session: one start, then continues")
 	fs.IntVar(&cfg.messageBytes, "message-bytes", 200, "size of each user message")
 	fs.BoolVar(&cfg.keep, "keep", false, "keep the started server's state root and log (printed at the end)")
+	fs.BoolVar(&cfg.floor, "floor", true, "after each round, time the disk's floor: as many writers as the highest level, each writing and fsyncing a file of its own beside the started server's state root")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
 	}
@@ -125,6 +134,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 func run(ctx context.Context, cfg config, out, info io.Writer) error {
 	base := strings.TrimRight(cfg.addr, "/")
 	conditions := "a running server at " + base
+	floorDir := ""
 	if base == "" {
 		srv, err := startServer(ctx, cfg, info)
 		if err != nil {
@@ -137,8 +147,11 @@ func run(ctx context.Context, cfg config, out, info io.Writer) error {
 		}()
 		base = srv.base
 		conditions = srv.conditions
+		if cfg.floor {
+			floorDir = srv.dir
+		}
 	}
-	levels, err := measure(ctx, base, cfg, info)
+	levels, err := measure(ctx, base, cfg, floorDir, info)
 	if err != nil {
 		return err
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -146,6 +147,49 @@ func (f *floor) ops(ctx context.Context) []pair.Op {
 	}
 }
 
+// groupWriters is how many events the "agentkit16" side appends at once,
+// each to a session of its own, as 16 concurrent turns do.
+const groupWriters = 16
+
+// groupOp is the "agentkit16" side: groupWriters goroutines each append
+// one event to a session of its own (sessiondb.Record) at the same moment;
+// the session database's writer commits the ones waiting together (group
+// commit). Its time is for all of them; BenchmarkFloor reports the time
+// per event.
+func (f *floor) groupOp(ctx context.Context) (pair.Op, error) {
+	metas := make([]sessiondb.Meta, groupWriters)
+	for i := range metas {
+		metas[i] = newMeta(fmt.Sprintf("floor-group-%02d", i), time.Now())
+		if err := f.sessions.Put(ctx, metas[i]); err != nil {
+			return pair.Op{}, err
+		}
+	}
+	return pair.Op{Name: "agentkit16", Run: func(int) error {
+		errs := make(chan error, groupWriters)
+		for i := range metas {
+			go func() {
+				m := metas[i]
+				rec, err := record(event(m.ID, m.LastSeq+1, time.Now()))
+				if err == nil {
+					next := m
+					next.LastSeq, next.UpdatedAt, next.Turns = rec.Seq, rec.At, (rec.Seq-1)/3+1
+					if err = f.sessions.Record(ctx, next, rec); err == nil {
+						metas[i] = next
+					}
+				}
+				errs <- err
+			}()
+		}
+		var first error
+		for range metas {
+			if err := <-errs; err != nil && first == nil {
+				first = err
+			}
+		}
+		return first
+	}}, nil
+}
+
 // Close closes every file.
 func (f *floor) Close() error {
 	var errs []error
@@ -170,7 +214,10 @@ func (f *floor) Close() error {
 // BenchmarkFloor alternates the runtime's single event append with the
 // disk's floors (see floor), in one loop, and reports each side's time
 // and agentkit/fsync (the target: at most 1.3), agentkit/fdatasync,
-// agentkit/sqlite, sqlite/fsync, fsync/fdatasync and append/fdatasync.
+// agentkit/sqlite, sqlite/fsync, fsync/fdatasync and append/fdatasync. A
+// sixth side, agentkit16, appends 16 events at once to 16 sessions, as 16
+// concurrent turns do; agentkit16-per-event/fsync is its time per event
+// over the fsync floor (group commit: the 16 share commits).
 // Every side writes the same record, the JSON of one event (about 400
 // bytes; record-bytes). It starts with sync(2), so other processes' dirty
 // pages are not flushed by the first fsyncs.
@@ -181,8 +228,12 @@ func BenchmarkFloor(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer f.Close()
+	group, err := f.groupOp(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
 	unix.Sync()
-	pair.Loop(b, f.ops(ctx),
+	t := pair.Loop(b, append(f.ops(ctx), group),
 		pair.Ratio{Num: "agentkit", Den: "fsync"},
 		pair.Ratio{Num: "agentkit", Den: "fdatasync"},
 		pair.Ratio{Num: "agentkit", Den: "sqlite"},
@@ -191,6 +242,9 @@ func BenchmarkFloor(b *testing.B) {
 		pair.Ratio{Num: "append", Den: "fdatasync"},
 	)
 	b.ReportMetric(float64(len(f.sample)), "record-bytes")
+	if fsync := t.Mean("fsync"); fsync > 0 {
+		b.ReportMetric(float64(t.Mean("agentkit16"))/groupWriters/float64(fsync), "agentkit16-per-event/fsync")
+	}
 }
 
 // TestFloorSidesWriteTheRecord runs every side of BenchmarkFloor and
@@ -204,8 +258,12 @@ func TestFloorSidesWriteTheRecord(t *testing.T) {
 	}
 	defer f.Close()
 	const calls = 3
+	group, err := f.groupOp(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for i := range calls {
-		for _, op := range f.ops(ctx) {
+		for _, op := range append(f.ops(ctx), group) {
 			if err := op.Run(i); err != nil {
 				t.Fatalf("%s: %v", op.Name, err)
 			}
@@ -254,6 +312,12 @@ func TestFloorSidesWriteTheRecord(t *testing.T) {
 	for i, rec := range recs {
 		if rec.Seq != int64(i+1) {
 			t.Errorf("event %d has seq %d; want %d", i, rec.Seq, i+1)
+		}
+	}
+	for i := range groupWriters {
+		id := fmt.Sprintf("floor-group-%02d", i)
+		if recs, err := f.sessions.Last(ctx, id, 10); err != nil || len(recs) != calls {
+			t.Errorf("session %s of the group side holds %d events (%v); want %d", id, len(recs), err, calls)
 		}
 	}
 }

@@ -125,7 +125,7 @@ type storeCounter struct {
 // StoreOp counts writes by operation.
 func (c *storeCounter) StoreOp(op string, _ time.Duration, err error) {
 	switch op {
-	case "put", "delete", "put_if_absent", "put_if_version":
+	case "put", "delete", "put_if_absent", "put_if_version", "write_batch":
 	default:
 		return
 	}

@@ -9,6 +9,7 @@ import (
 	"agentkit/agent"
 	"agentkit/agent/sessiondb"
 	"agentkit/bench/pair"
+	"agentkit/model"
 )
 
 // Session lengths of BenchmarkSessionLength, in whole echo turns of three
@@ -86,10 +87,43 @@ func (l *lengths) ops(ctx context.Context, shortName, longName string) []pair.Op
 	}
 }
 
+// modelOps are the floor of BenchmarkSessionLength: the echo model alone,
+// answering a conversation as long as the short sessions' and one as long
+// as the long session's (the turns' own requests: a user message and an
+// answer per filled turn). A turn hands the model the whole conversation,
+// and this model reads all of it (it counts the request's tokens), so
+// its time grows with the session whatever the runtime does.
+func modelOps(ctx context.Context, shortTurns, longTurns int) ([]pair.Op, error) {
+	echo, err := model.NewEcho(nil)
+	if err != nil {
+		return nil, err
+	}
+	conversation := func(turns int) []model.Message {
+		msgs := make([]model.Message, 0, 2*turns+1)
+		for i := 1; i <= turns; i++ {
+			msgs = append(msgs, model.Message{Role: model.RoleUser, Content: text(i)}, model.Message{Role: model.RoleAssistant, Content: echoPrefix + text(i)})
+		}
+		return append(msgs, model.Message{Role: model.RoleUser, Content: text(0)})
+	}
+	side := func(name string, msgs []model.Message) pair.Op {
+		return pair.Op{Name: name, Run: func(int) error {
+			res, err := echo.Generate(ctx, model.Request{Messages: msgs})
+			if err == nil && res.Message.Content != echoPrefix+text(0) {
+				err = fmt.Errorf("the echo model answered %.40q", res.Message.Content)
+			}
+			return err
+		}}
+	}
+	return []pair.Op{side("model-1k", conversation(shortTurns)), side("model-100k", conversation(longTurns))}, nil
+}
+
 // BenchmarkSessionLength alternates a full turn (Runtime.Continue, echo
 // model, memory journal off, the embedded default store) in a session of
 // 1,002 events with one in a session of 100,002 events, and reports
-// 100k/1k (the target: at most 1.2). The short turns cycle through
+// 100k/1k (the target: at most 1.2). Beside them it times the echo
+// model alone on conversations of the two lengths (modelOps: the floor,
+// model-100k/model-1k) and reports 100k/1k-without-model, the growth of
+// the turn's time less the model's. The short turns cycle through
 // 32 sessions, so each stays near 1,000 events. Both sessions live in one
 // session database, filled once per process through the runtime's own
 // storage layer (about 50 MB of events).
@@ -101,7 +135,17 @@ func BenchmarkSessionLength(b *testing.B) {
 		}
 		return l, func(context.Context) error { return l.rt.Close() }, nil
 	})
-	pair.Loop(b, l.ops(b.Context(), "1k", "100k"), pair.Ratio{Num: "100k", Den: "1k"})
+	floor, err := modelOps(b.Context(), shortTurns, longTurns)
+	if err != nil {
+		b.Fatal(err)
+	}
+	t := pair.Loop(b, append(l.ops(b.Context(), "1k", "100k"), floor...),
+		pair.Ratio{Num: "100k", Den: "1k"},
+		pair.Ratio{Num: "model-100k", Den: "model-1k"})
+	// The runtime's own part of a turn: the turn's time less the model's.
+	if own := t.Mean("1k") - t.Mean("model-1k"); own > 0 {
+		b.ReportMetric(float64(t.Mean("100k")-t.Mean("model-100k"))/float64(own), "100k/1k-without-model")
+	}
 }
 
 // TestSessionLengthTurnsSeeTheWholeSession runs BenchmarkSessionLength's

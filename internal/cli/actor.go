@@ -202,8 +202,7 @@ func localActor(ctx context.Context, f actorFlags, id string, patch []byte) ([]b
 // read-only.
 func actorStore(ctx context.Context, storage, root string, readOnly bool) (*kv.DB, error) {
 	if storage == "" {
-		path := filepath.Join(root, stateroot.KVDir, stateroot.KVFile)
-		if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
+		if _, err := os.Stat(stateroot.KVPath(root)); errors.Is(err, fs.ErrNotExist) {
 			return nil, nil
 		}
 		storage = stateroot.DefaultStoreURL(root)

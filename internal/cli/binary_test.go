@@ -110,14 +110,14 @@ func TestKVRoundTripOnEmbeddedStores(t *testing.T) {
 func TestKVDefaultsToTheStateRootsEmbeddedStore(t *testing.T) {
 	dir := t.TempDir()
 	r := run(t, dir, nil, "", "kv", "ls")
-	if r.code != 1 || !strings.Contains(r.stderr, filepath.Join(".agentkit", "kv", "kv.db")) {
-		t.Fatalf("ls before any store exists: exit %d, stderr %q; want exit 1 naming .agentkit/kv/kv.db", r.code, r.stderr)
+	if r.code != 1 || !strings.Contains(r.stderr, filepath.Join(".agentkit", "sessions", "sessions.db")) {
+		t.Fatalf("ls before any store exists: exit %d, stderr %q; want exit 1 naming .agentkit/sessions/sessions.db", r.code, r.stderr)
 	}
 	if r := run(t, dir, nil, "", "kv", "put", "k", "v"); r.code != 0 {
 		t.Fatalf("put on the default store: exit %d, stderr %q", r.code, r.stderr)
 	}
-	if _, err := os.Stat(filepath.Join(dir, ".agentkit", "kv", "kv.db")); err != nil {
-		t.Fatalf("the default store was not created under .agentkit/kv: %v", err)
+	if _, err := os.Stat(filepath.Join(dir, ".agentkit", "sessions", "sessions.db")); err != nil {
+		t.Fatalf("the default store was not created in .agentkit/sessions/sessions.db: %v", err)
 	}
 	other := t.TempDir()
 	env := []string{"AGENTKIT_STATE_ROOT=" + filepath.Join(dir, ".agentkit")}

@@ -304,9 +304,10 @@ func TestDeleteLeavesNoTrace(t *testing.T) {
 			}
 			rel, _ := filepath.Rel(root, path)
 			needles := []string{secret, s.ContinuationToken, s.SessionID}
-			if rel == filepath.Join("kv", "kv.db") && deleted {
-				// The store keeps the session's tombstone head, under a
-				// key that names the session (so no host brings it back).
+			if strings.HasPrefix(rel, filepath.Join("sessions", "sessions.db")) && deleted {
+				// The session database holds the embedded store, which
+				// keeps the session's tombstone head, under a key that
+				// names the session (so no host brings it back).
 				needles = needles[:2]
 			}
 			for _, needle := range needles {

@@ -15,6 +15,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"agentkit/agent/stateroot"
 	"agentkit/kv"
 )
 
@@ -23,9 +24,10 @@ import (
 const DefaultStateRoot = ".agentkit"
 
 // DefaultStoreURL returns the embedded default store under a state root:
-// the SQLite driver, one database file at kv/kv.db.
+// the SQLite driver on the session database, sessions/sessions.db (on
+// kv/kv.db in a state root of format 1; see package stateroot).
 func DefaultStoreURL(stateRoot string) string {
-	return "sqlite:" + filepath.Join(stateRoot, "kv", "kv.db")
+	return "sqlite:" + stateroot.KVPath(stateRoot)
 }
 
 func init() {
@@ -175,7 +177,7 @@ func subUsage(sub string) string {
 func openStore(ctx context.Context, f kvFlags, readOnly bool) (*kv.DB, error) {
 	url := f.storage
 	if url == "" {
-		path := filepath.Join(f.stateRoot, "kv", "kv.db")
+		path := stateroot.KVPath(f.stateRoot)
 		if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
 			if readOnly {
 				return nil, fmt.Errorf("no store at %s yet (the embedded default of state root %s); pass --storage URL, or --state-root of a served agent", path, f.stateRoot)

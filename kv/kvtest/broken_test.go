@@ -132,6 +132,35 @@ func memHarness(wrap func(*memkv.Store) any) Harness {
 
 // --- the broken backends ---
 
+// oneByOneBatch claims the batch capability but applies the ops one at a
+// time, stopping at the first failure: a failed batch leaves its prefix.
+type oneByOneBatch struct{ *memkv.Store }
+
+func (b oneByOneBatch) WriteBatch(ctx context.Context, ops []kv.BatchOp) ([]kv.Version, error) {
+	vers := make([]kv.Version, len(ops))
+	for i, op := range ops {
+		var err error
+		switch op.Kind {
+		case kv.BatchPut:
+			err = b.Store.Put(ctx, op.Key, op.Value)
+			if err == nil {
+				_, vers[i], err = b.Store.GetWithVersion(ctx, op.Key)
+			}
+		case kv.BatchDelete:
+			err = b.Store.Delete(ctx, op.Key)
+		case kv.BatchPutIfAbsent:
+			vers[i], err = b.Store.PutIfAbsent(ctx, op.Key, op.Value)
+		case kv.BatchPutIfVersion:
+			vers[i], err = b.Store.PutIfVersion(ctx, op.Key, op.Value, op.Version)
+		}
+		if err != nil {
+			return nil, &kv.BatchError{Index: i, Applied: 0, Err: err}
+		}
+		raceWindow()
+	}
+	return vers, nil
+}
+
 // nonAtomicCAS does compare-and-set as a read followed by a write, with a
 // window between them in which another writer gets in.
 type nonAtomicCAS struct{ *memkv.Store }
@@ -636,6 +665,13 @@ func TestSuiteCatchesBrokenBackends(t *testing.T) {
 			h:       memHarness(func(s *memkv.Store) any { return caseFolding{s} }),
 			want:    []string{"ListIsCompleteOrderedAndOnce", "EncoderCharacterKeys"},
 			details: []string{"outside the prefix"},
+		},
+		{
+			name:    "BatchAppliedOneByOne",
+			h:       memHarness(func(s *memkv.Store) any { return oneByOneBatch{s} }),
+			only:    true,
+			want:    []string{"BatchIsAllOrNothing", "ConcurrentBatchesOneWinner"},
+			details: []string{"untouched", "reading missing key \"race/"},
 		},
 		{
 			name:    "EmptyPrefixListsOtherNamespaces",

@@ -101,6 +101,7 @@ const (
 	needShared                  // independent clients (Harness.Shared)
 	needRead                    // Get or GetWithVersion
 	needKeys                    // List or ListKeys
+	needBatch                   // the batch capability (kv.Batcher)
 )
 
 func (n need) String() string {
@@ -109,7 +110,8 @@ func (n need) String() string {
 		bit  need
 		name string
 	}{{needGet, "Get"}, {needDelete, "Delete"}, {needList, "List"}, {needCAS, "the CAS group"},
-		{needShared, "Harness.Shared"}, {needRead, "Get or GetWithVersion"}, {needKeys, "List or ListKeys"}} {
+		{needShared, "Harness.Shared"}, {needRead, "Get or GetWithVersion"}, {needKeys, "List or ListKeys"},
+		{needBatch, "the batch capability (kv.Batcher)"}} {
 		if n&p.bit != 0 {
 			parts = append(parts, p.name)
 		}
@@ -168,7 +170,7 @@ func (s *suite) has(n need) bool {
 	ok := func(bit need, have bool) bool { return n&bit == 0 || have }
 	return ok(needGet, c.Get) && ok(needDelete, c.Delete) && ok(needList, c.List) &&
 		ok(needCAS, c.CAS) && ok(needShared, s.h.Shared) &&
-		ok(needRead, c.Get || c.CAS) && ok(needKeys, c.List || c.CAS)
+		ok(needRead, c.Get || c.CAS) && ok(needKeys, c.List || c.CAS) && ok(needBatch, c.Batch)
 }
 
 // run runs each applicable check as a subtest and logs the others.
@@ -489,5 +491,6 @@ func putAll(t testing.TB, db *kv.DB, keys []string, value func(string) []byte) {
 	}
 }
 
-// allChecks is every check, core group first.
-func allChecks() []check { return append(storeChecks(), casChecks()...) }
+// allChecks is every check, core group first, then the CAS group's and the
+// batch capability's.
+func allChecks() []check { return append(append(storeChecks(), casChecks()...), batchChecks()...) }
