@@ -178,7 +178,7 @@ func Open(ctx context.Context, opts Options) (*Service, error) {
 	if err := s.Reload(); err != nil {
 		return nil, err
 	}
-	st, err := openStore(ctx, opts.Backend)
+	st, err := openStore(ctx, opts.Backend, opts.DedupWindow)
 	if err != nil {
 		return nil, err
 	}

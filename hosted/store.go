@@ -131,10 +131,17 @@ const (
 const DefaultTablePrefix = "agentkit_hosted"
 
 // openStore opens the backend a URL names: postgres:// or postgresql://
-// (a libpq URL; table=PREFIX names the tables), or sqlite:PATH.
-func openStore(ctx context.Context, rawURL string) (store, error) {
+// (a libpq URL; table=PREFIX names the tables), sqlite:PATH, or the URL of
+// any other kv driver the program links, with the whole CAS group (the
+// generic backend, kvstore.go). kv+URL opens a postgres or sqlite URL
+// through the generic backend too, for tests. window is the
+// de-duplication window, which the generic backend needs to keep ids.
+func openStore(ctx context.Context, rawURL string, window time.Duration) (store, error) {
 	if rawURL == "" {
-		return nil, errors.New("hosted: no backend given; use a postgres://… URL (production) or sqlite:PATH")
+		return nil, errors.New("hosted: no backend given; use a postgres://… URL (production), sqlite:PATH, or the URL of another kv store with the CAS group (redis://…, nats://…, file:PATH, s3://…)")
+	}
+	if rest, ok := strings.CutPrefix(rawURL, "kv+"); ok {
+		return openKVStore(ctx, rest, window)
 	}
 	scheme, _, _ := strings.Cut(rawURL, ":")
 	switch strings.ToLower(scheme) {
@@ -142,9 +149,10 @@ func openStore(ctx context.Context, rawURL string) (store, error) {
 		return openPostgres(ctx, rawURL)
 	case "sqlite":
 		return openSQLite(ctx, rawURL)
+	case "agentkit+http", "agentkit+https":
+		return nil, errors.New("hosted: the backend cannot be another storaged (agentkit+http(s)://); give the database it uses")
 	}
-	return nil, fmt.Errorf("hosted: the backend %q is not supported; use a postgres://… URL (production) or sqlite:PATH (one host). "+
-		"The service keeps each write's request id in the same transaction as the write, which needs a SQL backend", scheme+":…")
+	return openKVStore(ctx, rawURL, window)
 }
 
 // checkPrefix checks a table prefix.

@@ -30,3 +30,20 @@ func TestConformanceSQLite(t *testing.T) {
 	svc := startService(t, "sqlite:"+filepath.Join(t.TempDir(), "hosted.db")+"?synchronous=normal")
 	kvtest.Run(t, harness(svc))
 }
+
+// The generic backend: storaged over kv drivers other than SQL.
+
+func TestConformanceRedis(t *testing.T) {
+	svc := startService(t, redisBackend(t))
+	kvtest.Run(t, harness(svc))
+}
+
+func TestConformanceMem(t *testing.T) {
+	svc := startService(t, "mem://")
+	kvtest.Run(t, harness(svc))
+}
+
+func TestConformanceFile(t *testing.T) {
+	svc := startService(t, "file:"+filepath.Join(t.TempDir(), "kv"))
+	kvtest.Run(t, harness(svc))
+}
