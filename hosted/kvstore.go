@@ -819,7 +819,7 @@ func (s *kvStore) listMemory(ctx context.Context, ns, agent string, after int64,
 				break
 			}
 		}
-		if next < (block+1)*memBlock && next < head.counter {
+		if len(out) <= limit && next < (block+1)*memBlock && next < head.counter {
 			return nil, false, fmt.Errorf("hosted: the memory journal of %s lacks record %d", trim(agent), next)
 		}
 	}
