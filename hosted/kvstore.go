@@ -197,6 +197,7 @@ func backendPrefix(prefix, p string) (string, bool) {
 type recentWrite struct {
 	id      string
 	op      writeOp
+	status  writeStatus
 	version int64
 	at      int64 // unix milliseconds
 }
@@ -236,7 +237,7 @@ func (e *envelope) encode() []byte {
 	for _, r := range e.recent {
 		b = binary.AppendUvarint(b, uint64(len(r.id)))
 		b = append(b, r.id...)
-		b = append(b, byte(r.op))
+		b = append(b, byte(r.op), byte(r.status))
 		b = binary.AppendUvarint(b, uint64(r.version))
 		b = binary.AppendVarint(b, r.at)
 	}
@@ -299,11 +300,11 @@ func decodeEnvelope(b []byte) (*envelope, error) {
 		if !ok || l > envMaxIDLen {
 			return nil, errBadEnvelope
 		}
-		if r.id, ok = bytesOf(l); !ok || len(b) < 1 {
+		if r.id, ok = bytesOf(l); !ok || len(b) < 2 {
 			return nil, errBadEnvelope
 		}
-		r.op = writeOp(b[0])
-		b = b[1:]
+		r.op, r.status = writeOp(b[0]), writeStatus(b[1])
+		b = b[2:]
 		v, ok := uv()
 		if !ok {
 			return nil, errBadEnvelope
@@ -344,24 +345,25 @@ func (e *envelope) find(id string) (recentWrite, bool) {
 // operation and version and a digest of its key, so a reused id is seen.
 type requestRecord struct {
 	op      writeOp
+	status  writeStatus
 	version int64
 	at      int64
 	target  string // digest of the key or agent
 }
 
 func (r requestRecord) encode() []byte {
-	b := []byte{envFormat, byte(r.op)}
+	b := []byte{envFormat, byte(r.op), byte(r.status)}
 	b = binary.AppendUvarint(b, uint64(r.version))
 	b = binary.AppendVarint(b, r.at)
 	return append(b, r.target...)
 }
 
 func decodeRequestRecord(b []byte) (requestRecord, error) {
-	if len(b) < 2 || b[0] != envFormat {
+	if len(b) < 3 || b[0] != envFormat {
 		return requestRecord{}, errBadEnvelope
 	}
-	r := requestRecord{op: writeOp(b[1])}
-	b = b[2:]
+	r := requestRecord{op: writeOp(b[1]), status: writeStatus(b[2])}
+	b = b[3:]
 	v, n := binary.Uvarint(b)
 	if n <= 0 {
 		return requestRecord{}, errBadEnvelope
@@ -431,7 +433,7 @@ func (s *kvStore) remember(ctx context.Context, prev, next *envelope, w recentWr
 	next.recent = append(next.recent, w)
 	for len(next.recent) > recentIDs {
 		old := next.recent[0]
-		rec := requestRecord{op: old.op, version: old.version, at: old.at, target: target}
+		rec := requestRecord{op: old.op, status: old.status, version: old.version, at: old.at, target: target}
 		if err := s.db.Put(ctx, rk(old.id), rec.encode()); err != nil {
 			return err
 		}
@@ -473,10 +475,15 @@ func (s *kvStore) get(ctx context.Context, ns, key string) ([]byte, int64, error
 // compare-and-set of the envelope is the write's only effect, and it
 // carries the request id, so a copy of the write that comes later finds
 // the id (in the envelope, or in the request record written before the id
-// left it) and answers with the recorded outcome. A write that changes
-// nothing (a failed condition, the delete of a missing key) records
-// nothing: sending it again decides again, which is what a first try
-// would have done.
+// left it) and answers with the recorded outcome.
+//
+// A PutIfAbsent that finds the key and a delete of a missing key change
+// nothing, but are recorded all the same (the envelope is rewritten with
+// the id; a missing key gets a tombstone): a late copy must not create the
+// key after it was deleted, or delete a key created since, after its
+// client was told the outcome. A failed PutIfVersion is not recorded: the
+// version it expected was issued for the key before the request was sent,
+// and a key's versions never come back, so a later copy fails too.
 func (s *kvStore) write(ctx context.Context, w writeReq) (writeResult, error) {
 	bk, digested := treeKey(kvPrefix(w.ns), w.key)
 	target := digest(w.key)
@@ -494,14 +501,14 @@ func (s *kvStore) write(ctx context.Context, w writeReq) (writeResult, error) {
 		}
 		now := time.Now()
 		if r, ok := prev.find(w.reqID); ok {
-			return replay(r.op, r.version, w.op, true), nil
+			return replay(r.op, r.status, r.version, w.op, true), nil
 		}
 		rec, ok, err := s.lookupRequest(ctx, prev, rk(w.reqID), now)
 		if err != nil {
 			return writeResult{}, err
 		}
 		if ok {
-			return replay(rec.op, rec.version, w.op, rec.target == target), nil
+			return replay(rec.op, rec.status, rec.version, w.op, rec.target == target), nil
 		}
 		live := prev != nil && !prev.tomb
 		var counter int64
@@ -515,11 +522,10 @@ func (s *kvStore) write(ctx context.Context, w writeReq) (writeResult, error) {
 		res := writeResult{}
 		switch {
 		case w.op == opPutIfAbsent && live:
-			return writeResult{status: statusExists}, nil
+			res.status = statusExists
+			next.value = prev.value
 		case w.op == opPutIfVersion && (!live || counter != w.expected):
 			return writeResult{status: statusMismatch}, nil
-		case w.op == opDelete && !live:
-			return writeResult{}, nil
 		case w.op == opDelete:
 			next.tomb = true
 		default:
@@ -527,7 +533,7 @@ func (s *kvStore) write(ctx context.Context, w writeReq) (writeResult, error) {
 			next.value = w.value
 			res.version = next.counter
 		}
-		if err := s.remember(ctx, prev, next, recentWrite{id: w.reqID, op: w.op, version: res.version, at: now.UnixMilli()}, target, rk); err != nil {
+		if err := s.remember(ctx, prev, next, recentWrite{id: w.reqID, op: w.op, status: res.status, version: res.version, at: now.UnixMilli()}, target, rk); err != nil {
 			return writeResult{}, err
 		}
 		err = s.swap(ctx, bk, prev, ver, next)
@@ -541,13 +547,13 @@ func (s *kvStore) write(ctx context.Context, w writeReq) (writeResult, error) {
 	}
 }
 
-// replay is the answer to a request id seen before: the recorded success,
+// replay is the answer to a request id seen before: the recorded outcome,
 // or statusReused when it was recorded for another operation or key.
-func replay(recorded writeOp, version int64, op writeOp, sameKey bool) writeResult {
+func replay(recorded writeOp, status writeStatus, version int64, op writeOp, sameKey bool) writeResult {
 	if recorded != op || !sameKey {
 		return writeResult{status: statusReused, replayed: true}
 	}
-	return writeResult{status: statusOK, version: version, replayed: true}
+	return writeResult{status: status, version: version, replayed: true}
 }
 
 // treeEntry is one name of a tree listing with its envelope.

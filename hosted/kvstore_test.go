@@ -249,3 +249,40 @@ func TestGenericMemoryJournal(t *testing.T) {
 		}
 	})
 }
+
+// TestLateCopiesOfWritesThatChangedNothing sends a copy of a PutIfAbsent
+// that lost and of a delete of a missing key again after the key changed:
+// the copies get the first outcome and change nothing, as a delayed copy
+// must once its client has been answered.
+func TestLateCopiesOfWritesThatChangedNothing(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, backend string) {
+		ts := newTestService(t, Options{Backend: backend}, "alpha")
+		tok := ts.tokens["alpha"]
+		ts.put(t, "alpha", "k", "first")
+		pia := map[string]string{wire.HeaderRequestID: newID(), wire.HeaderIfAbsent: "1"}
+		if a := ts.do(t, "PUT", kvPath("alpha", "k"), tok, pia, []byte("late")); a.status != 412 || a.err.Code != wire.CodeExists {
+			t.Fatalf("PutIfAbsent on a key that exists: %d %+v", a.status, a.err)
+		}
+		if a := ts.do(t, "DELETE", kvPath("alpha", "k"), tok, reqID(), nil); a.status != 204 {
+			t.Fatalf("DELETE: %d", a.status)
+		}
+		if a := ts.do(t, "PUT", kvPath("alpha", "k"), tok, pia, []byte("late")); a.status != 412 || a.err.Code != wire.CodeExists || a.header.Get(wire.HeaderReplayed) != "true" {
+			t.Fatalf("a late copy of the lost PutIfAbsent, after the key was deleted: %d %+v replayed %q; want its first outcome, exists",
+				a.status, a.err, a.header.Get(wire.HeaderReplayed))
+		}
+		if g := ts.do(t, "GET", kvPath("alpha", "k"), tok, nil, nil); g.status != 404 {
+			t.Fatalf("the late copy created the key: %d %q", g.status, g.body)
+		}
+		del := map[string]string{wire.HeaderRequestID: newID()}
+		if a := ts.do(t, "DELETE", kvPath("alpha", "never"), tok, del, nil); a.status != 204 {
+			t.Fatalf("DELETE of a missing key: %d", a.status)
+		}
+		ts.put(t, "alpha", "never", "created since")
+		if a := ts.do(t, "DELETE", kvPath("alpha", "never"), tok, del, nil); a.status != 204 || a.header.Get(wire.HeaderReplayed) != "true" {
+			t.Fatalf("a late copy of the delete: %d replayed %q", a.status, a.header.Get(wire.HeaderReplayed))
+		}
+		if g := ts.do(t, "GET", kvPath("alpha", "never"), tok, nil, nil); string(g.body) != "created since" {
+			t.Fatalf("the late copy of the delete removed a key created since: %d %q", g.status, g.body)
+		}
+	})
+}
