@@ -19,8 +19,9 @@
 //     namespace's column, so no key, prefix or path can reach another
 //     namespace.
 //   - Versions are "epoch.number": the number comes from one counter of the
-//     database (a sequence in PostgreSQL, a counter row in SQLite), so it
-//     changes on every write and never repeats, after a delete included;
+//     database (a sequence in PostgreSQL, a counter row in SQLite; the
+//     key's own counter on the generic backend), so it changes on every
+//     write and never repeats for a key, after a delete included;
 //     the epoch is a random name made with the tables, so a token from
 //     another database or an earlier set of tables never matches.
 //   - Every write carries a request id (the Idempotency-Key header). The
@@ -34,10 +35,12 @@
 //     A/B samples and snapshots, and the memory journal.
 //
 // The backends are PostgreSQL (postgres://…, for production: several
-// services may share one database) and SQLite (sqlite:PATH, one host).
-// Other kv drivers are not backends: the de-duplication record must be
-// written in one transaction with the key and removed safely after the
-// window, which needs more than the kv contract's single-key operations.
+// services may share one database), SQLite (sqlite:PATH, one host), and
+// any other kv store with the CAS group (redis://…, nats://…, file:PATH,
+// s3://…), through the generic backend of kvstore.go: there a key's
+// stored value is an envelope holding its version counter and the request
+// ids of its recent writes, so a write and its request id go in one
+// compare-and-set, and a delete leaves a tombstone keeping the counter.
 package hosted
 
 import (
@@ -95,9 +98,11 @@ const maxNameBytes = kv.MaxKeyLength
 // Options configure a Service. Backend and Credentials are required; zero
 // values of the rest mean their defaults.
 type Options struct {
-	// Backend is the database: postgres://… (production) or sqlite:PATH.
-	// A table=PREFIX query parameter names the tables (default
-	// agentkit_hosted: agentkit_hosted_kv, agentkit_hosted_requests, …).
+	// Backend is the store: postgres://… (production) or sqlite:PATH,
+	// where a table=PREFIX query parameter names the tables (default
+	// agentkit_hosted: agentkit_hosted_kv, agentkit_hosted_requests, …);
+	// or the URL of another kv store with the CAS group, whose driver the
+	// program links (the generic backend).
 	Backend string
 	// Credentials is the credentials file (see AddCredential).
 	Credentials string
@@ -266,7 +271,8 @@ func (s *Service) Close() {
 	s.st.close()
 }
 
-// Backend returns "postgres" or "sqlite".
+// Backend returns "postgres", "sqlite", or the kv driver's name on the
+// generic backend ("redis", …).
 func (s *Service) Backend() string { return s.st.kind() }
 
 // recorder keeps the status and error code of an answer.

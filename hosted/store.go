@@ -11,12 +11,12 @@ import (
 	"time"
 )
 
-// store is a backend of the service: PostgreSQL (pgStore) or SQLite
-// (sqliteStore). Every method is safe for concurrent use. ns is always a
+// store is a backend of the service: PostgreSQL (pgStore), SQLite
+// (sqliteStore) or any kv store with the CAS group (kvStore). Every method is safe for concurrent use. ns is always a
 // valid namespace and every key a valid kv key; the handlers check both
 // before calling.
 type store interface {
-	// kind is "postgres" or "sqlite".
+	// kind is "postgres", "sqlite" or the kv driver's name.
 	kind() string
 	// epoch is the random name of this backend's schema, the first half of
 	// every version token.
