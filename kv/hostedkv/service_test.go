@@ -10,6 +10,8 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -40,6 +42,24 @@ func TestMain(m *testing.M) {
 }
 
 func runStoragedChild() error {
+	if path := os.Getenv("HOSTEDKV_TEST_CPUPROFILE"); path != "" {
+		// For profiling the service under a benchmark: the first
+		// HOSTEDKV_TEST_CPUPROFILE_SECONDS (default 20) of the process.
+		f, err := os.Create(path)
+		if err != nil {
+			return err
+		}
+		pprof.StartCPUProfile(f)
+		secs, _ := strconv.Atoi(os.Getenv("HOSTEDKV_TEST_CPUPROFILE_SECONDS"))
+		go func() {
+			time.Sleep(time.Duration(max(secs, 1)) * time.Second)
+			if secs == 0 {
+				time.Sleep(19 * time.Second)
+			}
+			pprof.StopCPUProfile()
+			f.Close()
+		}()
+	}
 	args := strings.Split(os.Getenv(argsEnv), "\x1f")
 	if code := cli.Main(append([]string{"storaged"}, args...), os.Stdin, os.Stdout, os.Stderr); code != 0 {
 		return fmt.Errorf("agentkit storaged exited with status %d", code)
