@@ -72,14 +72,18 @@ const (
 // openKVStore opens the generic backend on a kv URL.
 func openKVStore(ctx context.Context, rawURL string, window time.Duration) (*kvStore, error) {
 	db, err := kv.Open(ctx, rawURL)
+	var noDriver *kv.NoDriverError
+	if errors.As(err, &noDriver) {
+		return nil, fmt.Errorf("hosted: %w: %w", ErrBackendUnsupported, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("hosted: open the backend: %w", err)
 	}
 	caps := db.Capabilities()
 	if !caps.CAS || !caps.Get || !caps.Delete || !caps.List {
 		db.Close()
-		return nil, fmt.Errorf("hosted: the backend %s lacks the CAS group (GetWithVersion, PutIfAbsent, PutIfVersion, ListKeys) or Get, Delete and List; "+
-			"the service keeps versions and request ids with compare-and-set, so it needs a store with all of them", db.Name())
+		return nil, fmt.Errorf("hosted: %w: the store %s lacks the CAS group (GetWithVersion, PutIfAbsent, PutIfVersion, ListKeys) or Get, Delete and List; "+
+			"the service keeps versions and request ids with compare-and-set, so it needs a store with all of them", ErrBackendUnsupported, db.Name())
 	}
 	s := &kvStore{db: db, name: db.Name(), window: window}
 	if err := s.ensureMeta(ctx); err != nil {

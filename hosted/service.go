@@ -416,48 +416,84 @@ func (c *call) serve() {
 // operation, or answers 404 or 405 and returns nil.
 func (c *call) route(resource string) func() {
 	m := c.r.Method
-	type opHandler struct {
-		op string
-		fn func()
-	}
-	var table map[string]opHandler
+	var allowed string
 	switch resource {
 	case "info":
-		table = map[string]opHandler{"GET": {"info", c.info}}
-	case "kv":
-		op := "put"
-		if c.r.Header.Get(wire.HeaderIfAbsent) != "" {
-			op = "put_if_absent"
-		} else if c.r.Header.Get(wire.HeaderIfVersion) != "" {
-			op = "put_if_version"
+		allowed = "GET"
+		if m == "GET" {
+			c.op = "info"
+			return c.info
 		}
-		table = map[string]opHandler{"GET": {"get", c.get}, "PUT": {op, c.put}, "DELETE": {"delete", c.delete}}
+	case "kv":
+		allowed = "GET, PUT, DELETE"
+		switch m {
+		case "GET":
+			c.op = "get"
+			return c.get
+		case "PUT":
+			c.op = "put"
+			if c.r.Header.Get(wire.HeaderIfAbsent) != "" {
+				c.op = "put_if_absent"
+			} else if c.r.Header.Get(wire.HeaderIfVersion) != "" {
+				c.op = "put_if_version"
+			}
+			return c.put
+		case "DELETE":
+			c.op = "delete"
+			return c.delete
+		}
 	case "list":
-		table = map[string]opHandler{"GET": {"list", c.list}}
+		allowed = "GET"
+		if m == "GET" {
+			c.op = "list"
+			return c.list
+		}
 	case "evals":
-		table = map[string]opHandler{"GET": {"evals_list", c.listEvals}, "PUT": {"evals_put", c.putEval}, "DELETE": {"evals_delete", c.deleteEval}}
+		allowed = "GET, PUT, DELETE"
+		switch m {
+		case "GET":
+			c.op = "evals_list"
+			return c.listEvals
+		case "PUT":
+			c.op = "evals_put"
+			return c.putEval
+		case "DELETE":
+			c.op = "evals_delete"
+			return c.deleteEval
+		}
 	case "ab-samples":
-		table = map[string]opHandler{"POST": {"ab_sample", c.putSample}}
+		allowed = "POST"
+		if m == "POST" {
+			c.op = "ab_sample"
+			return c.putSample
+		}
 	case "ab-snapshot":
-		table = map[string]opHandler{"GET": {"ab_snapshot_get", c.getSnapshot}, "PUT": {"ab_snapshot_put", c.putSnapshot}}
+		allowed = "GET, PUT"
+		switch m {
+		case "GET":
+			c.op = "ab_snapshot_get"
+			return c.getSnapshot
+		case "PUT":
+			c.op = "ab_snapshot_put"
+			return c.putSnapshot
+		}
 	case "memory":
-		table = map[string]opHandler{"GET": {"memory_list", c.listMemory}, "POST": {"memory_append", c.appendMemory}}
+		allowed = "GET, POST"
+		switch m {
+		case "GET":
+			c.op = "memory_list"
+			return c.listMemory
+		case "POST":
+			c.op = "memory_append"
+			return c.appendMemory
+		}
 	default:
 		c.fail(http.StatusNotFound, wire.CodeNoRoute, 0, "no such path; the resources are info, kv, list, evals, ab-samples, ab-snapshot and memory")
 		return nil
 	}
-	h, ok := table[m]
-	if !ok {
-		var allowed []string
-		for k := range table {
-			allowed = append(allowed, k)
-		}
-		c.w.Header().Set("Allow", strings.Join(allowed, ", "))
-		c.fail(http.StatusMethodNotAllowed, wire.CodeMethod, 0, "%s is not allowed on %s", trim(m), resource)
-		return nil
-	}
-	c.op = h.op
-	return h.fn
+	c.w.Header().Set("Allow", allowed)
+	c.fail(http.StatusMethodNotAllowed, wire.CodeMethod, 0, "%s is not allowed on %s", trim(m), resource)
+	return nil
 }
 
 // authenticate checks the bearer token and that it owns ns.

@@ -53,6 +53,11 @@ type store interface {
 	listMemory(ctx context.Context, ns, agent string, after int64, limit int) (recs []memoryRow, more bool, err error)
 }
 
+// ErrBackendUnsupported is wrapped in Open's error when the backend URL
+// names no linked driver, another storaged, or a store without the CAS
+// group: a configuration to change, not a failure to retry.
+var ErrBackendUnsupported = errors.New("the backend cannot serve the service")
+
 // errNotFound is a store's answer for a missing key or snapshot.
 var errNotFound = errors.New("not found")
 
@@ -150,7 +155,7 @@ func openStore(ctx context.Context, rawURL string, window time.Duration) (store,
 	case "sqlite":
 		return openSQLite(ctx, rawURL)
 	case "agentkit+http", "agentkit+https":
-		return nil, errors.New("hosted: the backend cannot be another storaged (agentkit+http(s)://); give the database it uses")
+		return nil, fmt.Errorf("hosted: %w: it cannot be another storaged (agentkit+http(s)://); give the database that one uses", ErrBackendUnsupported)
 	}
 	return openKVStore(ctx, rawURL, window)
 }

@@ -112,7 +112,7 @@ func runStoraged(e *env, args []string) error {
 	})
 	cancel()
 	if err != nil {
-		if strings.Contains(err.Error(), "not supported") || strings.Contains(err.Error(), "does not exist") {
+		if errors.Is(err, hosted.ErrBackendUnsupported) || strings.Contains(err.Error(), "not supported") || strings.Contains(err.Error(), "does not exist") {
 			return usagef("storaged: %s", strings.TrimPrefix(err.Error(), "hosted: "))
 		}
 		return err
