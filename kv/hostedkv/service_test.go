@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -23,12 +22,12 @@ import (
 	"agentkit/hosted"
 	"agentkit/internal/cli"
 	"agentkit/internal/testenv"
+	"agentkit/internal/testenv/redistest"
 	"agentkit/kv"
 	_ "agentkit/kv/filekv" // file: backends of the generic storaged
 	"agentkit/kv/hostedkv"
 	"agentkit/kv/internal/proctest"
-	_ "agentkit/kv/memkv"   // mem:// backends of the generic storaged
-	_ "agentkit/kv/rediskv" // redis:// backends of the generic storaged
+	_ "agentkit/kv/memkv" // mem:// backends of the generic storaged
 )
 
 // The tests run storaged as a separate process: the test binary starts
@@ -138,51 +137,9 @@ func dropTables(t testing.TB, base, prefix string) {
 	}
 }
 
-const defaultRedis = "redis://127.0.0.1:6379/0"
-
 // redisBackend returns a Redis backend URL with a fresh key prefix, whose
 // keys are removed when the test ends, or skips (fails in CI).
-func redisBackend(t testing.TB) string {
-	t.Helper()
-	base := testenv.Getenv("AGENTKIT_TEST_REDIS", defaultRedis)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	b := make([]byte, 5)
-	rand.Read(b)
-	u, err := url.Parse(base)
-	if err != nil {
-		t.Fatal(err)
-	}
-	q := u.Query()
-	q.Set("prefix", "hkt-"+hex.EncodeToString(b)+":")
-	u.RawQuery = q.Encode()
-	db, err := kv.Open(ctx, u.String())
-	if err == nil {
-		if _, err = db.Get(ctx, "probe"); errors.Is(err, kv.ErrNotFound) {
-			err = nil
-		}
-	}
-	if err != nil {
-		testenv.Unavailable(t, "Redis", "Start one and set AGENTKIT_TEST_REDIS to its URL (default "+defaultRedis+").", err)
-	}
-	t.Cleanup(func() {
-		defer db.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		var keys []string
-		for k, err := range db.ListKeys(ctx, "") {
-			if err != nil {
-				t.Errorf("clean up %s: %v", u.Redacted(), err)
-				return
-			}
-			keys = append(keys, k)
-		}
-		for _, k := range keys {
-			db.Delete(ctx, k)
-		}
-	})
-	return u.String()
-}
+func redisBackend(t testing.TB) string { return redistest.URL(t, "hkt-") }
 
 // service is a storaged process started by a test.
 type service struct {
