@@ -1,6 +1,7 @@
 package hosted
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"net/url"
@@ -20,6 +21,55 @@ func init() {
 		m := memkv.New()
 		return kv.New("nocas", kv.Funcs{Put: m.Put, Get: m.Get, Delete: m.Delete, List: m.List})
 	})
+	// A store whose values are at most 4 KiB, for the too-large test.
+	kv.Register("hostedtest-small", func(ctx context.Context, u *url.URL) (*kv.DB, error) {
+		m := memkv.NewStore()
+		check := func(v []byte) error {
+			if len(v) > 4<<10 {
+				return fmt.Errorf("small: %d bytes: %w", len(v), kv.ErrTooLarge)
+			}
+			return nil
+		}
+		return kv.New("small", kv.Funcs{
+			Put: func(ctx context.Context, k string, v []byte) error {
+				if err := check(v); err != nil {
+					return err
+				}
+				return m.Put(ctx, k, v)
+			},
+			Get: m.Get, Delete: m.Delete, List: m.List,
+			CAS: kv.CASFuncs{
+				GetWithVersion: m.GetWithVersion, ListKeys: m.ListKeys,
+				PutIfAbsent: func(ctx context.Context, k string, v []byte) (kv.Version, error) {
+					if err := check(v); err != nil {
+						return "", err
+					}
+					return m.PutIfAbsent(ctx, k, v)
+				},
+				PutIfVersion: func(ctx context.Context, k string, v []byte, e kv.Version) (kv.Version, error) {
+					if err := check(v); err != nil {
+						return "", err
+					}
+					return m.PutIfVersion(ctx, k, v, e)
+				},
+			},
+		})
+	})
+}
+
+// TestGenericBackendValueLimit: a value the backend's store refuses as too
+// large is a 413 the client does not retry, and nothing is written.
+func TestGenericBackendValueLimit(t *testing.T) {
+	ts := newTestService(t, Options{Backend: "hostedtest-small://"}, "alpha")
+	tok := ts.tokens["alpha"]
+	a := ts.do(t, "PUT", kvPath("alpha", "k"), tok, reqID(), bytes.Repeat([]byte("v"), 5<<10))
+	if a.status != 413 || a.err.Code != wire.CodeTooLarge {
+		t.Fatalf("a value over the store's limit: %d %+v, want 413 %s", a.status, a.err, wire.CodeTooLarge)
+	}
+	if g := ts.do(t, "GET", kvPath("alpha", "k"), tok, nil, nil); g.status != 404 {
+		t.Fatalf("after the refused write: %d", g.status)
+	}
+	ts.put(t, "alpha", "k", "small enough")
 }
 
 // forEachGenericBackend runs fn on the generic backend over the memory

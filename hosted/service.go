@@ -532,11 +532,18 @@ func (c *call) fail(status int, code string, limit int64, format string, args ..
 }
 
 // backendFailed answers a backend error: 503 (the client may retry) unless
-// the client went away.
+// the client went away or the backend's store refused a value as too
+// large (413).
 func (c *call) backendFailed(err error) {
 	c.backErr = err
 	if c.r.Context().Err() != nil {
 		c.fail(499, wire.CodeBadRequest, 0, "the client went away")
+		return
+	}
+	if errors.Is(err, kv.ErrTooLarge) {
+		// The generic backend's store has a smaller value limit than the
+		// service's (its envelope adds a few bytes to the value).
+		c.fail(http.StatusRequestEntityTooLarge, wire.CodeTooLarge, 0, "the backend store refused the value as too large; nothing was written")
 		return
 	}
 	c.fail(http.StatusServiceUnavailable, wire.CodeUnavailable, 0, "the backend did not answer; retry (a write with the same Idempotency-Key is applied at most once)")
