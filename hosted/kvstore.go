@@ -2,6 +2,7 @@ package hosted
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
@@ -26,6 +27,7 @@ import (
 //
 //	hosted/meta                          format and epoch
 //	hosted/kv/{ns}/{key}                 a key's envelope (value, counter, recent request ids)
+//	hosted/blob/{ns}/{random}            a value over blobThreshold, named by its envelope
 //	hosted/rq/{ns}/k/{id}                a request id pushed out of its key's envelope
 //	hosted/rq/{ns}/m/{agent}/{id}        the same for a memory append
 //	hosted/ev/{ns}/{agent}/{run}         an eval run (an envelope holding the snapshot)
@@ -53,6 +55,10 @@ type kvStore struct {
 	name   string
 	ep     string
 	window time.Duration // the de-duplication window
+	// maxValue is the store's own value limit (MaxValueSize of its
+	// driver, such as NATS's max_payload less a reserve), 0 when it has
+	// none the service needs to know.
+	maxValue int64
 }
 
 const (
@@ -86,6 +92,9 @@ func openKVStore(ctx context.Context, rawURL string, window time.Duration) (*kvS
 			"the service keeps versions and request ids with compare-and-set, so it needs a store with all of them", ErrBackendUnsupported, db.Name())
 	}
 	s := &kvStore{db: db, name: db.Name(), window: window}
+	if m, ok := db.Backend().(interface{ MaxValueSize() int }); ok && m.MaxValueSize() > 0 {
+		s.maxValue = int64(m.MaxValueSize())
+	}
 	if err := s.ensureMeta(ctx); err != nil {
 		db.Close()
 		return nil, err
@@ -119,6 +128,11 @@ func (s *kvStore) ensureMeta(ctx context.Context) error {
 }
 
 func (s *kvStore) kind() string  { return s.name }
+
+// valueLimit is the largest value the store takes, 0 for no limit of its
+// own. A value over blobThreshold is stored alone, so this is the store's
+// limit itself.
+func (s *kvStore) valueLimit() int64 { return s.maxValue }
 func (s *kvStore) epoch() string { return s.ep }
 func (s *kvStore) close()        { s.db.Close() }
 
@@ -215,12 +229,24 @@ type envelope struct {
 	name    string // the key, when its backend key is digested
 	recent  []recentWrite
 	value   []byte
+	// blob is the backend key of a value kept out of line (over
+	// blobThreshold bytes), and size its length; value is then empty.
+	blob string
+	size int64
 }
+
+// blobThreshold is the largest value an envelope holds inline. A larger
+// one goes to a key of its own (hosted/blob/{ns}/{random}), written before
+// the envelope that names it and removed after the envelope that replaces
+// it, so the envelope stays small to rewrite and fits stores whose values
+// are limited to 1 MiB (NATS).
+const blobThreshold = 256 << 10
 
 const (
 	envFormat   = 1
 	envTomb     = 1
 	envHasName  = 2
+	envBlob     = 4
 	envMaxIDLen = 64
 )
 
@@ -233,6 +259,9 @@ func (e *envelope) encode() []byte {
 	}
 	if e.name != "" {
 		flags |= envHasName
+	}
+	if e.blob != "" {
+		flags |= envBlob
 	}
 	b = append(b, envFormat, flags)
 	b = binary.AppendUvarint(b, uint64(e.counter))
@@ -249,6 +278,11 @@ func (e *envelope) encode() []byte {
 		b = binary.AppendUvarint(b, uint64(len(e.name)))
 		b = append(b, e.name...)
 	}
+	if e.blob != "" {
+		b = binary.AppendUvarint(b, uint64(len(e.blob)))
+		b = append(b, e.blob...)
+		b = binary.AppendUvarint(b, uint64(e.size))
+	}
 	return append(b, e.value...)
 }
 
@@ -259,7 +293,7 @@ func decodeEnvelope(b []byte) (*envelope, error) {
 		return nil, errBadEnvelope
 	}
 	e := &envelope{tomb: b[1]&envTomb != 0}
-	hasName := b[1]&envHasName != 0
+	hasName, hasBlob := b[1]&envHasName != 0, b[1]&envBlob != 0
 	b = b[2:]
 	uv := func() (uint64, bool) {
 		v, n := binary.Uvarint(b)
@@ -327,6 +361,20 @@ func decodeEnvelope(b []byte) (*envelope, error) {
 		if e.name, ok = bytesOf(l); !ok {
 			return nil, errBadEnvelope
 		}
+	}
+	if hasBlob {
+		l, ok := uv()
+		if !ok {
+			return nil, errBadEnvelope
+		}
+		if e.blob, ok = bytesOf(l); !ok || e.blob == "" {
+			return nil, errBadEnvelope
+		}
+		size, ok := uv()
+		if !ok {
+			return nil, errBadEnvelope
+		}
+		e.size = int64(size)
 	}
 	e.value = b
 	return e, nil
@@ -465,14 +513,42 @@ func (s *kvStore) swap(ctx context.Context, bk string, prev *envelope, ver kv.Ve
 
 func (s *kvStore) get(ctx context.Context, ns, key string) ([]byte, int64, error) {
 	bk, digested := treeKey(kvPrefix(ns), key)
-	e, _, err := s.readEnvelope(ctx, bk)
-	if err != nil {
-		return nil, 0, err
+	for {
+		e, _, err := s.readEnvelope(ctx, bk)
+		if err != nil {
+			return nil, 0, err
+		}
+		if e == nil || e.tomb || digested && e.name != key {
+			return nil, 0, errNotFound
+		}
+		if e.blob == "" {
+			return e.value, e.counter, nil
+		}
+		v, err := s.db.Get(ctx, e.blob)
+		if errors.Is(err, kv.ErrNotFound) {
+			continue // a write replaced the value since: read the envelope again
+		}
+		return v, e.counter, err
 	}
-	if e == nil || e.tomb || digested && e.name != key {
-		return nil, 0, errNotFound
+}
+
+// newBlob writes a value out of line and returns its key.
+func (s *kvStore) newBlob(ctx context.Context, ns string, value []byte) (string, error) {
+	b := make([]byte, 16)
+	rand.Read(b)
+	key := kvRoot + "blob/" + ns + "/" + hex.EncodeToString(b)
+	return key, s.db.Put(ctx, key, value)
+}
+
+// dropBlob removes a value kept out of line that no envelope names any
+// more. A failure leaves it behind, unread: it only costs space.
+func (s *kvStore) dropBlob(key string) {
+	if key == "" {
+		return
 	}
-	return e.value, e.counter, nil
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	s.db.Delete(ctx, key)
 }
 
 // write applies one write in a loop of read, decide, compare-and-set. The
@@ -492,6 +568,13 @@ func (s *kvStore) write(ctx context.Context, w writeReq) (writeResult, error) {
 	bk, digested := treeKey(kvPrefix(w.ns), w.key)
 	target := digest(w.key)
 	rk := func(id string) string { return kvRequestKey(w.ns, id) }
+	blob := "" // this write's value, when kept out of line
+	used := false
+	defer func() {
+		if !used {
+			s.dropBlob(blob)
+		}
+	}()
 	for {
 		if err := ctx.Err(); err != nil {
 			return writeResult{}, err
@@ -527,15 +610,24 @@ func (s *kvStore) write(ctx context.Context, w writeReq) (writeResult, error) {
 		switch {
 		case w.op == opPutIfAbsent && live:
 			res.status = statusExists
-			next.value = prev.value
+			next.value, next.blob, next.size = prev.value, prev.blob, prev.size
 		case w.op == opPutIfVersion && (!live || counter != w.expected):
 			return writeResult{status: statusMismatch}, nil
 		case w.op == opDelete:
 			next.tomb = true
 		default:
 			next.counter = counter + 1
-			next.value = w.value
 			res.version = next.counter
+			if len(w.value) <= blobThreshold {
+				next.value = w.value
+				break
+			}
+			if blob == "" {
+				if blob, err = s.newBlob(ctx, w.ns, w.value); err != nil {
+					return writeResult{}, err
+				}
+			}
+			next.blob, next.size = blob, int64(len(w.value))
 		}
 		if err := s.remember(ctx, prev, next, recentWrite{id: w.reqID, op: w.op, status: res.status, version: res.version, at: now.UnixMilli()}, target, rk); err != nil {
 			return writeResult{}, err
@@ -545,7 +637,13 @@ func (s *kvStore) write(ctx context.Context, w writeReq) (writeResult, error) {
 			continue // another write got there first: decide again
 		}
 		if err != nil {
+			// The swap may have landed: keep the value it may name.
+			used = blob != "" && next.blob == blob
 			return writeResult{}, err
+		}
+		used = blob != "" && next.blob == blob
+		if prev != nil && prev.blob != next.blob {
+			s.dropBlob(prev.blob)
 		}
 		return res, nil
 	}
@@ -633,7 +731,9 @@ func (s *kvStore) list(ctx context.Context, ns, prefix, after string, limit int,
 			return false, nil
 		}
 		r := row{key: e.name, size: int64(len(e.env.value))}
-		if values {
+		if e.env.blob != "" {
+			r.size = e.env.size // the handler reads it with get
+		} else if values {
 			r.value = e.env.value
 			if r.value == nil {
 				r.value = []byte{}

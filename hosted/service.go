@@ -188,6 +188,13 @@ func Open(ctx context.Context, opts Options) (*Service, error) {
 		return nil, err
 	}
 	s.st = st
+	if l, ok := st.(interface{ valueLimit() int64 }); ok && l.valueLimit() > 0 && l.valueLimit() < s.opts.MaxValueBytes {
+		// The backend's store takes less than the service would: say so
+		// in info, so clients refuse larger values before sending them.
+		s.opts.MaxValueBytes = l.valueLimit()
+		s.log.Warn("storaged: the backend store limits values; the service's value limit is lowered to it",
+			slog.Int64("maxValueBytes", s.opts.MaxValueBytes), slog.String("backend", st.kind()))
+	}
 	s.m.backendUp.Set(1)
 	return s, nil
 }

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"agentkit/kv"
+	"agentkit/kv/hostedkv"
 	"agentkit/kv/kvtest"
 )
 
@@ -43,4 +44,21 @@ func TestConformanceRedis(t *testing.T) {
 func TestConformanceMem(t *testing.T) {
 	svc := startService(t, "mem://")
 	kvtest.Run(t, harness(svc))
+}
+
+// TestConformanceNATS runs the suite on NATS JetStream, whose values are
+// limited to the server's max_payload less a reserve: the service lowers
+// its own limit to that and says so in info, and values over 256 KiB go
+// to keys of their own, so the envelope adds nothing to the limit.
+func TestConformanceNATS(t *testing.T) {
+	svc := startService(t, natsBackend(t))
+	h := harness(svc)
+	ns, tok := svc.namespace(t)
+	db := svc.open(t, ns, tok, nil)
+	h.MaxValueSize = db.Backend().(*hostedkv.Store).MaxValueSize()
+	db.Close()
+	if h.MaxValueSize < 1<<20-4<<10 || h.MaxValueSize > 1<<20 {
+		t.Fatalf("the service's value limit over NATS is %d, want the driver's (about 1 MiB)", h.MaxValueSize)
+	}
+	kvtest.Run(t, h)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -18,6 +19,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"agentkit/hosted"
 	"agentkit/internal/cli"
@@ -27,7 +30,8 @@ import (
 	_ "agentkit/kv/filekv" // file: backends of the generic storaged
 	"agentkit/kv/hostedkv"
 	"agentkit/kv/internal/proctest"
-	_ "agentkit/kv/memkv" // mem:// backends of the generic storaged
+	_ "agentkit/kv/memkv"  // mem:// backends of the generic storaged
+	_ "agentkit/kv/natskv" // nats:// backends of the generic storaged
 )
 
 // The tests run storaged as a separate process: the test binary starts
@@ -140,6 +144,38 @@ func dropTables(t testing.TB, base, prefix string) {
 // redisBackend returns a Redis backend URL with a fresh key prefix, whose
 // keys are removed when the test ends, or skips (fails in CI).
 func redisBackend(t testing.TB) string { return redistest.URL(t, "hkt-") }
+
+const defaultNATS = "nats://127.0.0.1:4222"
+
+// natsBackend returns a NATS backend URL with a fresh in-memory bucket,
+// deleted when the test ends, or skips (fails in CI).
+func natsBackend(t testing.TB) string {
+	t.Helper()
+	raw := testenv.Getenv("AGENTKIT_TEST_NATS", defaultNATS)
+	nc, err := nats.Connect(raw, nats.Timeout(5*time.Second))
+	if err != nil {
+		testenv.Unavailable(t, "NATS JetStream", "Start nats-server -js and set AGENTKIT_TEST_NATS to its URL (default "+defaultNATS+").", err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		t.Fatal(err)
+	}
+	bucket := "hkt" + randomHex(5)
+	t.Cleanup(func() {
+		defer nc.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := js.DeleteKeyValue(ctx, bucket); err != nil && !errors.Is(err, jetstream.ErrBucketNotFound) {
+			t.Errorf("delete bucket %s: %v", bucket, err)
+		}
+	})
+	u, err := url.Parse(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return "nats://" + u.Host + "/?bucket=" + bucket + "&storage=memory&replicas=1"
+}
 
 // service is a storaged process started by a test.
 type service struct {
