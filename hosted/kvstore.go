@@ -127,14 +127,14 @@ func (s *kvStore) ensureMeta(ctx context.Context) error {
 	return nil
 }
 
-func (s *kvStore) kind() string { return s.name }
+func (s *kvStore) kind() string  { return s.name }
+func (s *kvStore) epoch() string { return s.ep }
+func (s *kvStore) close()        { s.db.Close() }
 
 // valueLimit is the largest value the store takes, 0 for no limit of its
 // own. A value over blobThreshold is stored alone, so this is the store's
 // limit itself.
 func (s *kvStore) valueLimit() int64 { return s.maxValue }
-func (s *kvStore) epoch() string     { return s.ep }
-func (s *kvStore) close()            { s.db.Close() }
 
 func (s *kvStore) ping(ctx context.Context) error {
 	_, err := s.db.Get(ctx, kvRoot+"meta")
