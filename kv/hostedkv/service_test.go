@@ -27,7 +27,6 @@ import (
 	"agentkit/internal/testenv"
 	"agentkit/internal/testenv/redistest"
 	"agentkit/kv"
-	_ "agentkit/kv/filekv" // file: backends of the generic storaged
 	"agentkit/kv/hostedkv"
 	"agentkit/kv/internal/proctest"
 	_ "agentkit/kv/memkv"  // mem:// backends of the generic storaged
