@@ -605,13 +605,14 @@ func (r *Runtime) deliverLedger(ctx context.Context, id, eventID, token string, 
 		actx, cancel := context.WithCancel(ctx)
 		stop := context.AfterFunc(r.bg, cancel) // Close ends the wait
 		c, err = r.led.Await(actx, id, eventID)
+		ended := actx.Err() != nil
 		stop()
 		cancel()
 		switch {
 		case err == nil:
 		case errors.Is(err, ledger.ErrDeadLettered):
 			return TurnResult{}, ledgerErr(id, err)
-		case actx.Err() != nil:
+		case ended:
 			return queued, nil // acknowledged; the turn runs on
 		default:
 			return TurnResult{}, ledgerErr(id, err)
