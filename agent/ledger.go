@@ -169,6 +169,10 @@ func (lt ledgerTurn) result(id string) TurnResult {
 func (r *Runtime) openLedger() error {
 	o := r.cfg.Ledger
 	store := o.Store
+	if store == nil && r.embedded != nil {
+		return errors.New("agent: serving mode ledger coordinates several hosts through one shared store, and the embedded default store lives in this host's state root; " +
+			"set Config.Store (storage: in agentkit.yaml) to a shared store such as postgres://, redis:// or nats://, or Config.Ledger.Store (ledger.store:)")
+	}
 	if store == nil {
 		if err := r.binding.RequireCoordination(); err != nil {
 			return fmt.Errorf("agent: serving mode ledger: %w", err)
