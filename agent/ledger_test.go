@@ -14,6 +14,7 @@ import (
 
 	"agentkit/abtest"
 	"agentkit/agent"
+	"agentkit/internal/testenv/pgtest"
 	"agentkit/kv"
 	"agentkit/kv/memkv"
 	"agentkit/memory"
@@ -488,5 +489,54 @@ func TestLedgerReminderFiresOnceThroughTheInbox(t *testing.T) {
 	msgs, _ = ledgerMessages(t, b, res.SessionID)
 	if fmt.Sprint(msgs) != "[one ping after later]" {
 		t.Errorf("after the scheduled reminder: %q", msgs)
+	}
+}
+
+// TestLedgerOnPostgreSQL runs two hosts over a real PostgreSQL table (the
+// start-up check accepts it without AllowProcessLocal): a session started
+// on A, taken over by B while A is in a turn, continues on B from exactly
+// the committed turns, and both hosts read the same transcript.
+func TestLedgerOnPostgreSQL(t *testing.T) {
+	ctx := context.Background()
+	store, err := kv.Open(ctx, pgtest.TableURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	onPG := func(c *agent.Config) { c.Ledger.AllowProcessLocal = false }
+	ma, mb := newGate(), newGate()
+	a := ledgerHost(t, store, ma, onPG)
+	b := ledgerHost(t, store, mb, onPG)
+	res := start(t, a, "one")
+	waitReleased(t, a, res.SessionID)
+	ma.blocking.Store(true)
+	done := make(chan agent.TurnResult, 1)
+	go func() {
+		r, err := a.Continue(ctx, agent.ContinueRequest{Token: res.ContinuationToken, Message: "two", IdempotencyKey: "pg-two"})
+		if err != nil {
+			t.Errorf("continue on A: %v", err)
+		}
+		done <- r
+	}()
+	<-ma.entered
+	stopped, cancel := context.WithCancel(ctx)
+	cancel()
+	a.Ledger().Close(stopped) // A stops mid-turn: nothing of turn 2 is committed by A
+	waitTurns(t, b, res.SessionID, 2)
+	if r := <-done; r.Turn.Result != "re: two" {
+		t.Errorf("A's request answered %+v; want the turn B committed", r)
+	}
+	if got := mb.lastRequest(); strings.Join(got, "|") != "one|two" {
+		t.Errorf("B's model was sent %q; want the committed turn and the message", got)
+	}
+	r3, err := b.Continue(ctx, agent.ContinueRequest{Token: res.ContinuationToken, Message: "three"})
+	if err != nil || r3.Turn.Result != "re: three" {
+		t.Fatalf("continue on B: %+v %v", r3, err)
+	}
+	for name, rt := range map[string]*agent.Runtime{"A": a, "B": b} {
+		msgs, ids := ledgerMessages(t, rt, res.SessionID)
+		if strings.Join(msgs, "|") != "one|two|three" || ids[1] != "pg-two" {
+			t.Errorf("host %s reads %q %q", name, msgs, ids)
+		}
 	}
 }
