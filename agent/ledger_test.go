@@ -33,7 +33,6 @@ type gateModel struct {
 
 	mu       sync.Mutex
 	requests [][]string // user messages of each request
-	tools    []model.ToolCall
 }
 
 // newGate returns a gateModel; ledgerHost releases it when the test ends,
