@@ -178,7 +178,9 @@ func TestLedgerContinue200OnTheHolder202ElsewhereAndOneMessagePerKey(t *testing.
 	// A holds the session, in a turn; B queues the message: 202.
 	ma.holding.Store(true)
 	done := make(chan int, 1)
-	go func() { done <- post(a, "/v1/sessions/continue", `{"continuationToken":"`+s.ContinuationToken+`","message":"three"}`) }()
+	go func() {
+		done <- post(a, "/v1/sessions/continue", `{"continuationToken":"`+s.ContinuationToken+`","message":"three"}`)
+	}()
 	<-ma.entered
 	body := `{"continuationToken":"` + s.ContinuationToken + `","message":"four"}`
 	var q queued
