@@ -544,6 +544,15 @@ func (r *Runtime) continueLedger(ctx context.Context, req ContinueRequest) (Turn
 	if err != nil {
 		return TurnResult{}, err
 	}
+	// The session must be in the ledger: a delivery would create it, and a
+	// token of a session served in serving mode local (or of a start whose
+	// first message never landed) names none.
+	if _, err := r.led.Transcript(ctx, id, math.MaxUint64, 1); err != nil {
+		if errors.Is(err, ledger.ErrDeleted) || errors.Is(err, ledger.ErrUnknownSession) {
+			return TurnResult{}, fmt.Errorf("%w: %w", ErrUnknownToken, err)
+		}
+		return TurnResult{}, storeErr("reading the session", err)
+	}
 	eventID, hash := req.IdempotencyKey, ""
 	if eventID == "" {
 		eventID = newID()

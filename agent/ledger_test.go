@@ -549,3 +549,32 @@ func TestLedgerOnPostgreSQL(t *testing.T) {
 		}
 	}
 }
+
+// TestLedgerModeDoesNotServeALocalModeSession: a session served in
+// serving mode local is not in the ledger; after the switch its id is 404
+// and its token unknown (a delivery would have created an empty session).
+func TestLedgerModeDoesNotServeALocalModeSession(t *testing.T) {
+	ctx := context.Background()
+	store, root := memkv.New(), t.TempDir()
+	cfg := agent.Config{Agent: agent.Agent{Name: "ledger-agent", Model: newGate(t), NoWorkspaceTools: true}, StateRoot: root, Store: store,
+		Logger: slog.New(slog.DiscardHandler)}
+	local, err := agent.Open(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := start(t, local, "one")
+	if err := local.Close(); err != nil {
+		t.Fatal(err)
+	}
+	cfg.Serving, cfg.Ledger = agent.ServingLedger, agent.LedgerOptions{AllowProcessLocal: true}
+	led := open(t, cfg)
+	if _, err := led.Continue(ctx, agent.ContinueRequest{Token: res.ContinuationToken, Message: "two"}); !errors.Is(err, agent.ErrUnknownToken) {
+		t.Errorf("continue with a local-mode token: %v, want ErrUnknownToken", err)
+	}
+	if _, err := led.GetSession(ctx, res.SessionID); !errors.Is(err, agent.ErrSessionNotFound) {
+		t.Errorf("GetSession of a local-mode session: %v", err)
+	}
+	for s, err := range led.Ledger().Sessions(ctx) {
+		t.Errorf("the ledger holds %+v (%v); want no session", s, err)
+	}
+}
