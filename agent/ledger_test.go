@@ -578,3 +578,41 @@ func TestLedgerModeDoesNotServeALocalModeSession(t *testing.T) {
 		t.Errorf("the ledger holds %+v (%v); want no session", s, err)
 	}
 }
+
+// TestLedgerHolderReadsNoCommittedTurnAgain: the host that ran a session's
+// previous turns builds the next one from its local copy, reading only the
+// control record; a host taking the session over reads each committed turn
+// once.
+func TestLedgerHolderReadsNoCommittedTurnAgain(t *testing.T) {
+	ctx := context.Background()
+	store := memkv.New()
+	var turnReads [2]atomic.Int64
+	host := func(i int) func(*agent.Config) {
+		return func(c *agent.Config) {
+			c.Ledger.Store = store.WithObserver(func(_ context.Context, o kv.Observation) {
+				if o.Op == kv.OpGet && strings.Contains(o.Key, "/turns/") {
+					turnReads[i].Add(1)
+				}
+			})
+		}
+	}
+	a := ledgerHost(t, store, newGate(t), host(0))
+	b := ledgerHost(t, store, newGate(t), host(1))
+	res := start(t, a, "one")
+	for _, msg := range []string{"two", "three"} {
+		waitReleased(t, a, res.SessionID)
+		if r, err := a.Continue(ctx, agent.ContinueRequest{Token: res.ContinuationToken, Message: msg}); err != nil || r.Queued {
+			t.Fatalf("continue on A: %+v %v", r, err)
+		}
+	}
+	if n := turnReads[0].Load(); n != 0 {
+		t.Errorf("A read committed turns %d times while it ran the session; want 0 (its local copy has them)", n)
+	}
+	waitReleased(t, a, res.SessionID)
+	if r, err := b.Continue(ctx, agent.ContinueRequest{Token: res.ContinuationToken, Message: "four"}); err != nil || r.Turn.Result != "re: four" {
+		t.Fatalf("continue on B: %+v %v", r, err)
+	}
+	if n := turnReads[1].Load(); n == 0 || n > 3 {
+		t.Errorf("B read committed turns %d times taking over a session of 3 turns; want each at most once (and some: B had none)", n)
+	}
+}
