@@ -45,6 +45,9 @@ type Config struct {
 	Policy Policy
 	// Serving is ServingLocal (or empty) or ServingLedger.
 	Serving string
+	// Ledger tunes serving mode ledger; the zero value means the ledger's
+	// defaults over the agent's store.
+	Ledger LedgerOptions
 	// Memory configures the memory journal; the zero value is memory on.
 	Memory Memory
 	// Logger receives the runtime's logs; nil means slog.Default().

@@ -16,6 +16,7 @@ import (
 	"agentkit/agent/stateroot"
 	"agentkit/kv"
 	_ "agentkit/kv/sqlitekv" // the default store
+	"agentkit/ledger"
 	"agentkit/memory"
 	"agentkit/model"
 	"agentkit/storage"
@@ -67,6 +68,9 @@ type Runtime struct {
 	actorDel  sync.RWMutex // orders session actor writes against session deletes (actors.go)
 
 	claims keyClaims // Idempotency-Keys of running requests
+
+	// led is the session ledger in serving mode ledger (nil in local).
+	led *ledger.Ledger
 
 	mu       sync.Mutex
 	sessions map[string]*sessionState
