@@ -3,6 +3,7 @@ package agent
 import (
 	"errors"
 	"fmt"
+	"time"
 )
 
 // Errors the runtime returns, matched with errors.Is. The HTTP server maps
@@ -32,7 +33,39 @@ var (
 	ErrBusy = errors.New("agent: session busy")
 	// ErrClosed means the runtime was closed.
 	ErrClosed = errors.New("agent: runtime closed")
+	// ErrInboxFull means a message was refused because its session has as
+	// many messages queued as serving mode ledger allows (by count or by
+	// bytes): nothing was accepted. The error is an *InboxFullError
+	// carrying how long to wait; the HTTP server answers 429 with
+	// Retry-After.
+	ErrInboxFull = errors.New("agent: the session's queue of messages is full")
+	// ErrTooLarge means a message is over serving mode ledger's limit on
+	// one queued message (LedgerOptions.MaxEventBytes), or its
+	// Idempotency-Key over the ledger's limit on an event id. The HTTP
+	// server answers 413.
+	ErrTooLarge = errors.New("agent: message too large")
+	// ErrDeadLettered means, in serving mode ledger, that the message's
+	// turn failed LedgerOptions.MaxAttempts times and the message went to
+	// the dead-letter store; the session moved on without it.
+	ErrDeadLettered = errors.New("agent: the message was dead-lettered")
 )
+
+// InboxFullError is ErrInboxFull with the wait the ledger suggests.
+type InboxFullError struct {
+	SessionID string
+	// Pending is the number of messages queued when this one was refused.
+	Pending int
+	// RetryAfter is how long to wait before sending the message again.
+	RetryAfter time.Duration
+}
+
+// Error says how full the queue is and when to retry.
+func (e *InboxFullError) Error() string {
+	return fmt.Sprintf("agent: session %s has %d messages queued, at its limit; send the message again after %v", e.SessionID, e.Pending, e.RetryAfter)
+}
+
+// Unwrap makes errors.Is(err, ErrInboxFull) true.
+func (e *InboxFullError) Unwrap() error { return ErrInboxFull }
 
 // InvalidError is a request the runtime refuses: Field names the input
 // ("message", "workspaceFiles", "at", ...) and Message says what is wrong

@@ -8,6 +8,7 @@ import (
 	"unicode/utf8"
 
 	"agentkit/agent/stateroot"
+	"agentkit/ledger"
 	"agentkit/reminder"
 	"agentkit/tool"
 )
@@ -75,6 +76,14 @@ func (r *Runtime) fireReminder(ctx context.Context, rem reminder.Reminder) error
 	}
 	defer exit()
 	ctx = context.WithoutCancel(ctx)
+	if r.led != nil {
+		err := r.fireLedgerReminder(ctx, rem.SessionID, rem.ID, rem.Message)
+		if errors.Is(err, ledger.ErrDeleted) || errors.Is(err, ledger.ErrUnknownSession) {
+			r.logger(rem.SessionID).Warn("agent: a reminder's session no longer exists; the reminder is dropped", "reminderId", rem.ID)
+			return nil
+		}
+		return err
+	}
 	if _, err := r.localOrStore(ctx, rem.SessionID); err != nil {
 		if errors.Is(err, ErrSessionNotFound) {
 			r.logger(rem.SessionID).Warn("agent: a reminder's session no longer exists; the reminder is dropped", "reminderId", rem.ID)

@@ -69,8 +69,12 @@ type Runtime struct {
 
 	claims keyClaims // Idempotency-Keys of running requests
 
-	// led is the session ledger in serving mode ledger (nil in local).
-	led *ledger.Ledger
+	// led is the session ledger in serving mode ledger (nil in local);
+	// follows holds, per session with subscribers, the follower streaming
+	// its commits (guarded by mu), and followWG counts followers.
+	led      *ledger.Ledger
+	follows  map[string]*follower
+	followWG sync.WaitGroup
 
 	mu       sync.Mutex
 	sessions map[string]*sessionState
@@ -172,12 +176,6 @@ func Open(ctx context.Context, cfg Config) (*Runtime, error) {
 	if err := r.openStore(ctx); err != nil {
 		return nil, err
 	}
-	if cfg.Serving == ServingLedger {
-		if err := r.binding.RequireCoordination(); err != nil {
-			return nil, err
-		}
-		return nil, errors.New("agent: serving mode ledger is not available in this build yet; use serving: local")
-	}
 	if err := r.openActors(); err != nil {
 		return nil, err
 	}
@@ -193,11 +191,19 @@ func Open(ctx context.Context, cfg Config) (*Runtime, error) {
 		return nil, err
 	}
 	r.bg, r.stopBg = context.WithCancel(context.WithoutCancel(ctx))
-	if err := r.mirror.flushBacklog(ctx); err != nil {
-		return nil, err
-	}
-	if err := r.mirror.restore(ctx); err != nil {
-		return nil, err
+	if cfg.Serving == ServingLedger {
+		// The ledger replaces the mirror: sessions live in the store's
+		// committed transcripts, read on demand.
+		if err := r.openLedger(); err != nil {
+			return nil, err
+		}
+	} else {
+		if err := r.mirror.flushBacklog(ctx); err != nil {
+			return nil, err
+		}
+		if err := r.mirror.restore(ctx); err != nil {
+			return nil, err
+		}
 	}
 	if r.reminders, err = newReminders(ctx, r); err != nil {
 		return nil, err
@@ -207,7 +213,11 @@ func Open(ctx context.Context, cfg Config) (*Runtime, error) {
 	}
 	r.reminders.start(r)
 	r.startActors(ctx)
-	r.mirror.start(r.bg)
+	if r.led != nil {
+		r.startLedger()
+	} else {
+		r.mirror.start(r.bg)
+	}
 	r.sweepConversations(r.bg)
 	ok = true
 	return r, nil
@@ -327,10 +337,14 @@ func (r *Runtime) Close() error {
 		r.stopBg()
 	}
 	r.bgWG.Wait()
-	r.ops.Wait() // running turns and flushes
-	r.mirror.save(context.Background(), true)
+	r.closeLedger() // hands held sessions over once their running turns commit
+	r.ops.Wait()    // running turns and flushes
+	if r.led == nil {
+		r.mirror.save(context.Background(), true)
+	}
 	r.closeExperiments()
 	r.closeAllSubscribers()
+	r.followWG.Wait()
 	r.mu.Lock()
 	for _, s := range r.sessions {
 		if s.timer != nil {
@@ -344,6 +358,9 @@ func (r *Runtime) Close() error {
 // release closes what Open opened, in reverse order.
 func (r *Runtime) release() error {
 	var errs []error
+	if r.led != nil {
+		r.closeLedger() // an Open that failed after the ledger opened
+	}
 	if r.mem != nil {
 		errs = append(errs, r.mem.Close())
 	}

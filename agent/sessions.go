@@ -120,6 +120,9 @@ func (r *Runtime) StartSession(ctx context.Context, req StartRequest) (TurnResul
 		return TurnResult{}, err
 	}
 	defer exit()
+	if r.led != nil {
+		return r.startLedgerSession(ctx, req)
+	}
 	idem, res, replayed, release, err := r.keyed(ctx, keyRouteStart, req.IdempotencyKey, startHash(req, req.ChannelID), "", req.OnEvent)
 	if err != nil || replayed {
 		return res, err
@@ -245,6 +248,9 @@ func (r *Runtime) Continue(ctx context.Context, req ContinueRequest) (TurnResult
 		return TurnResult{}, err
 	}
 	defer exit()
+	if r.led != nil {
+		return r.continueLedger(ctx, req)
+	}
 	id, err := r.mirror.resolve(ctx, req.Token)
 	if err != nil {
 		return TurnResult{}, err
@@ -287,6 +293,12 @@ func (r *Runtime) localOrStore(ctx context.Context, id string) (sessiondb.Meta, 
 	if id == "" {
 		return sessiondb.Meta{}, invalid("sessionId", "it is empty")
 	}
+	if r.led != nil {
+		// Serving mode ledger: the committed transcript is the truth, and
+		// the local copy is brought up to it.
+		m, _, err := r.syncLedger(ctx, id)
+		return m, err
+	}
 	m, err := r.db.Get(ctx, id)
 	if err == nil {
 		return m, nil
@@ -327,6 +339,9 @@ func (r *Runtime) ListSessions(ctx context.Context, limit int, cur string) (Sess
 	limit, err = pageSize(limit)
 	if err != nil {
 		return SessionPage{}, err
+	}
+	if r.led != nil {
+		return r.listLedgerSessions(ctx, limit, cur)
 	}
 	var after *sessiondb.Cursor
 	if cur != "" {
@@ -462,6 +477,14 @@ func (r *Runtime) DeleteSession(ctx context.Context, id string) error {
 	defer exit()
 	if _, err := r.localOrStore(ctx, id); err != nil {
 		return err
+	}
+	if r.led != nil {
+		// A fenced change of the control record: the holder's next commit
+		// fails, and every host's next read finds the session gone.
+		if err := r.led.Delete(ctx, id); err != nil {
+			return ledgerErr(id, err)
+		}
+		return r.removeLocal(ctx, id)
 	}
 	st, release, err := r.lockSession(ctx, id)
 	if err != nil {

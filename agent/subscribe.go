@@ -10,7 +10,8 @@ type subscriber struct {
 }
 
 // Subscribe returns a channel of the session's events as they are
-// recorded, from now on, and a cancel function that ends the subscription
+// recorded (in serving mode ledger: as their turn commits, on any host),
+// from now on, and a cancel function that ends the subscription
 // and closes the channel. Subscribing does not check that the session
 // exists: a subscriber can wait for a session's next turn.
 //
@@ -32,6 +33,7 @@ func (r *Runtime) Subscribe(sessionID string) (<-chan Event, func()) {
 		r.subs[sessionID] = set
 	}
 	set[s] = struct{}{}
+	r.followLocked(sessionID)
 	r.mu.Unlock()
 	return s.ch, func() {
 		r.mu.Lock()
@@ -42,6 +44,7 @@ func (r *Runtime) Subscribe(sessionID string) (<-chan Event, func()) {
 				close(s.ch)
 				if len(set) == 0 {
 					delete(r.subs, sessionID)
+					r.unfollowLocked(sessionID)
 				}
 			}
 		}
@@ -68,6 +71,7 @@ func (r *Runtime) closeSubscribers(sessionID string) {
 		close(s.ch)
 	}
 	delete(r.subs, sessionID)
+	r.unfollowLocked(sessionID)
 }
 
 // closeAllSubscribers ends every subscription.
@@ -79,6 +83,7 @@ func (r *Runtime) closeAllSubscribers() {
 			close(s.ch)
 		}
 		delete(r.subs, id)
+		r.unfollowLocked(id)
 	}
 }
 

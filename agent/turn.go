@@ -12,6 +12,7 @@ import (
 
 	"agentkit/abtest"
 	"agentkit/agent/sessiondb"
+	"agentkit/ledger"
 	"agentkit/model"
 	"agentkit/tool"
 	"agentkit/workspace"
@@ -50,6 +51,14 @@ type turn struct {
 	// them.
 	pending []Event
 	recs    []sessiondb.Record
+
+	// led is the ledger's turn in serving mode ledger (nil in local): the
+	// turn's events then go to out, committed with the turn, and nothing
+	// is written to the session database before the commit (ledger.go).
+	led *ledger.Turn
+	out []json.RawMessage
+	// toolCalls counts the turn's tool calls, for their idempotency keys.
+	toolCalls int
 }
 
 // publishDelay is how long recorded events wait for the model's answer
@@ -194,6 +203,9 @@ func (t *turn) loop(ctx context.Context, env *tool.Env) (TurnStatus, string, mod
 		if ctx.Err() != nil {
 			return StatusFailed, stopMessage(ctx), usage, nil
 		}
+		if err := t.check(); err != nil {
+			return "", "", usage, err
+		}
 		resp, err, ferr := t.generate(ctx, model.Request{Messages: t.conv.history(t.system), Tools: r.specs})
 		if ferr != nil {
 			return "", "", usage, ferr
@@ -239,7 +251,13 @@ func (t *turn) loop(ctx context.Context, env *tool.Env) (TurnStatus, string, mod
 			if err := t.flush(); err != nil {
 				return "", "", usage, err
 			}
-			out, isErr := t.runTool(ctx, env, call.Name, args)
+			if err := t.check(); err != nil {
+				return "", "", usage, err
+			}
+			t.toolCalls++
+			callEnv := *env
+			callEnv.IdempotencyKey = t.idempotencyKey(t.toolCalls)
+			out, isErr := t.runTool(ctx, &callEnv, call.Name, args)
 			if err := t.record(Event{Type: EventToolResult, Step: step, ToolCallID: call.ID, Tool: call.Name, Output: out, IsError: isErr}); err != nil {
 				return "", "", usage, err
 			}
@@ -275,6 +293,27 @@ func (t *turn) generate(ctx context.Context, req model.Request) (resp model.Resp
 	ferr = t.flush()
 	a := <-done
 	return a.resp, a.err, ferr
+}
+
+// check is the ledger's fence before a side effect (a model call, a tool
+// call): in serving mode ledger it fails once this host may no longer hold
+// the session (ledger.Turn.Check); in local mode it never fails.
+func (t *turn) check() error {
+	if t.led == nil {
+		return nil
+	}
+	return t.led.Check()
+}
+
+// idempotencyKey is the key of the turn's n-th tool call:
+// {sessionId}/{turn}/{n}. In serving mode ledger the turn number is the
+// commit sequence the turn commits as, so every attempt of a turn gives
+// the same call the same key.
+func (t *turn) idempotencyKey(n int) string {
+	if t.led != nil {
+		return t.led.IdempotencyKey(n)
+	}
+	return fmt.Sprintf("%s/%d/%d", t.meta.ID, t.number, n)
 }
 
 // validJSON returns args, or args as a JSON string when they are not valid
@@ -324,6 +363,10 @@ func (t *turn) record(ev Event) error {
 	}
 	t.meta.LastSeq = ev.Seq
 	t.meta.UpdatedAt = ev.At
+	if t.led != nil {
+		t.out = append(t.out, data)
+		return nil
+	}
 	t.pending = append(t.pending, ev)
 	t.recs = append(t.recs, sessiondb.Record{SessionID: ev.SessionID, Seq: ev.Seq, At: ev.At, Type: ev.Type, Data: data})
 	return nil
@@ -341,7 +384,7 @@ func (t *turn) flush() error { return t.flushWith(nil) }
 // after the events are written: the mirror's part of a turn's last write
 // (sessionMirror.endTurn).
 func (t *turn) flushWith(extra func(tx *sessiondb.Tx) error) error {
-	if len(t.pending) == 0 && extra == nil {
+	if t.led != nil || len(t.pending) == 0 && extra == nil {
 		return nil
 	}
 	r := t.r

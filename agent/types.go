@@ -68,6 +68,18 @@ type TurnResult struct {
 	// Replayed is true when the answer is that of an earlier request with
 	// the same IdempotencyKey, not of a turn run now.
 	Replayed bool `json:"-"`
+	// Queued is true, in serving mode ledger, when the message was
+	// accepted into the session's queue but its turn is not part of the
+	// answer: another host holds the session, or the wait for the turn
+	// ended first (the runtime closing, ctx ending). Turn is then empty;
+	// the turn that consumes the message is found by EventID among the
+	// session's events (its turn.started event), on any host. The HTTP
+	// server answers 202.
+	Queued bool `json:"-"`
+	// EventID names the message in serving mode ledger: the request's
+	// IdempotencyKey, or an id the runtime made. Empty in serving mode
+	// local.
+	EventID string `json:"-"`
 }
 
 // Turn is how one turn ended.
@@ -157,6 +169,12 @@ type Event struct {
 	// Idempotency is the client's Idempotency-Key, on the turn.started
 	// event of a turn that a keyed request started.
 	Idempotency *Idempotency `json:"idempotency,omitempty"`
+
+	// EventID is, in serving mode ledger, the id of the message the turn
+	// consumed (the request's Idempotency-Key, the eventId of a 202
+	// answer, or "reminder/{id}"), on its turn.started event: a client
+	// holding a 202's eventId finds its turn by it, on any host.
+	EventID string `json:"eventId,omitempty"`
 }
 
 // EventPage is one page of Events.

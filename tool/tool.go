@@ -50,6 +50,14 @@ type Env struct {
 	Actor Actor
 	// Logger is the turn's logger, carrying the session id.
 	Logger *slog.Logger
+	// IdempotencyKey is this tool call's key, "{sessionId}/{turn}/{n}":
+	// n counts the turn's tool calls from 1. In serving mode ledger the
+	// turn number is the commit sequence the turn commits as
+	// ({commitSeq+1} of the session when the turn started), so every
+	// attempt of a turn (after a crash, a takeover, a failed attempt) gives
+	// the same call the same key: pass it to the systems a tool changes
+	// (payments, e-mail, tickets) so a retried turn does its work once.
+	IdempotencyKey string
 }
 
 // HostKV is the agent's own key-value data. Keys are the author's own: the
