@@ -269,10 +269,10 @@ func TestLedgerMetricsAndInfo(t *testing.T) {
 	var info struct {
 		Serving string
 		Ledger  *struct {
-			LeaseMs, MarginMs, JanitorIntervalMs, RetryAfterMs int64
-			DriftAllowance                                     float64
+			LeaseMs, MarginMs, JanitorIntervalMs, RetryAfterMs  int64
+			DriftAllowance                                      float64
 			MaxAttempts, MaxPending, MaxEventBytes, DedupWindow int
-			MaxPendingBytes                                    int64
+			MaxPendingBytes                                     int64
 		}
 	}
 	if st := s.do("GET", "/v1/info", &info); st != 200 || info.Serving != "ledger" || info.Ledger == nil {
