@@ -1,5 +1,7 @@
 package agent
 
+import "context"
+
 // DisableConversationCache makes r rebuild every turn's conversation from
 // the session database, as if nothing were cached: the reference the
 // cache's tests compare against.
@@ -17,4 +19,10 @@ func LoseUnsavedMirrorState(r *Runtime) int {
 	n := len(mr.unsaved)
 	clear(mr.unsaved)
 	return n
+}
+
+// FireLedgerReminder delivers a reminder's firing as the scheduler does in
+// serving mode ledger.
+func FireLedgerReminder(r *Runtime, sessionID, reminderID, message string) error {
+	return r.fireLedgerReminder(context.Background(), sessionID, reminderID, message)
 }

@@ -173,6 +173,10 @@ func (lt ledgerTurn) result(id string) TurnResult {
 func (r *Runtime) openLedger() error {
 	o := r.cfg.Ledger
 	store := o.Store
+	if store == nil && r.embedded != nil {
+		return errors.New("agent: serving mode ledger coordinates several hosts through one shared store, and the embedded default store lives in this host's state root; " +
+			"set Config.Store (storage: in agentkit.yaml) to a shared store such as postgres://, redis:// or nats://, or Config.Ledger.Store (ledger.store:)")
+	}
 	if store == nil {
 		if err := r.binding.RequireCoordination(); err != nil {
 			return fmt.Errorf("agent: serving mode ledger: %w", err)
@@ -610,13 +614,14 @@ func (r *Runtime) deliverLedger(ctx context.Context, id, eventID, token string, 
 		actx, cancel := context.WithCancel(ctx)
 		stop := context.AfterFunc(r.bg, cancel) // Close ends the wait
 		c, err = r.led.Await(actx, id, eventID)
+		ended := actx.Err() != nil
 		stop()
 		cancel()
 		switch {
 		case err == nil:
 		case errors.Is(err, ledger.ErrDeadLettered):
 			return TurnResult{}, ledgerErr(id, err)
-		case actx.Err() != nil:
+		case ended:
 			return queued, nil // acknowledged; the turn runs on
 		default:
 			return TurnResult{}, ledgerErr(id, err)

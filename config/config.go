@@ -13,7 +13,16 @@
 //	  apiKeyEnv: OPENAI_API_KEY     # the NAME of the variable holding the key
 //	memory: true                    # the default
 //	storage: ""                     # empty: the embedded default under --state-root
-//	serving: local                  # or ledger
+//	serving: local                  # or ledger: several hosts, one shared store (docs/ledger.md)
+//	ledger:                         # serving: ledger only; every field optional
+//	  store: postgres://db/agents   # the coordination store; the default is storage
+//	  lease: 10s                    # a silent holder's sessions move after lease + margin
+//	  margin: 2s
+//	  maxAttempts: 5                # a message failing this often goes to the dead letters
+//	  maxPending: 256               # queued messages per session; past it 429
+//	  maxPendingBytes: 8MiB
+//	  maxEventBytes: 256KiB         # one queued message; past it 413
+//	  retryAfter: 2s                # the Retry-After of a 429
 //	policy:
 //	  debounce: 30s
 //	  restore:
@@ -104,6 +113,12 @@ type File struct {
 	Storage string
 	// Serving is "local" (the default) or "ledger".
 	Serving string
+	// Ledger tunes serving mode ledger (the ledger: section): LedgerStore
+	// is the coordination store's URL (empty: the agent's store), Ledger
+	// the lease and queue settings (zero fields: the ledger's defaults).
+	// Both are ignored in serving mode local.
+	LedgerStore string
+	Ledger      agent.LedgerOptions
 	// Policy holds the mirror debounce and the restore caps.
 	Policy agent.Policy
 	// Timeouts bound turns and tool calls; zero fields mean the runtime's
@@ -243,9 +258,10 @@ func (f *File) Agent() (agent.Agent, error) {
 }
 
 // RuntimeConfig returns the agent.Config the file describes: the agent,
-// policy, serving mode, memory switch and timeouts. The caller sets StateRoot and,
-// when Storage is not empty, Store (kv.Open(ctx, f.Storage)), plus a logger
-// and an observer.
+// policy, serving mode and ledger settings, memory switch and timeouts.
+// The caller sets StateRoot and, when Storage is not empty, Store
+// (kv.Open(ctx, f.Storage)), when LedgerStore is not empty Ledger.Store
+// (kv.Open(ctx, f.LedgerStore)), plus a logger and an observer.
 func (f *File) RuntimeConfig() (agent.Config, error) {
 	a, err := f.Agent()
 	if err != nil {
@@ -255,6 +271,7 @@ func (f *File) RuntimeConfig() (agent.Config, error) {
 		Agent:    a,
 		Policy:   f.Policy,
 		Serving:  f.Serving,
+		Ledger:   f.Ledger,
 		Memory:   agent.Memory{Off: !f.Memory, MaxTextLength: f.MemoryMaxText},
 		Timeouts: f.Timeouts,
 	}, nil

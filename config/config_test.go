@@ -25,6 +25,15 @@ model:
 memory: false
 storage: postgres://root@127.0.0.1:5432/test?table=kv
 serving: ledger
+ledger:
+  store: redis://127.0.0.1:6379/3
+  lease: 15s
+  margin: 3s
+  maxAttempts: 3
+  maxPending: 10
+  maxPendingBytes: 1MiB
+  maxEventBytes: 64KiB
+  retryAfter: 5s
 policy:
   debounce: 30s
   restore:
@@ -58,6 +67,13 @@ func TestParseFull(t *testing.T) {
 	}
 	if f.Memory || f.Storage != "postgres://root@127.0.0.1:5432/test?table=kv" || f.Serving != "ledger" {
 		t.Errorf("memory/storage/serving = %v %q %q", f.Memory, f.Storage, f.Serving)
+	}
+	if l := f.Ledger; f.LedgerStore != "redis://127.0.0.1:6379/3" || l.Lease != 15*time.Second || l.Margin != 3*time.Second || l.MaxAttempts != 3 ||
+		l.MaxPending != 10 || l.MaxPendingBytes != 1<<20 || l.MaxEventBytes != 64<<10 || l.RetryAfter != 5*time.Second {
+		t.Errorf("ledger = %q %+v", f.LedgerStore, l)
+	}
+	if rc, err := f.RuntimeConfig(); err == nil && rc.Ledger.Lease != 15*time.Second {
+		t.Errorf("RuntimeConfig().Ledger = %+v", rc.Ledger)
 	}
 	r := f.Policy.Restore
 	if f.Policy.Debounce != 30*time.Second || r.Off || r.MaxSessions != 500 || r.MaxAge != 14*24*time.Hour || r.MaxTotalBytes != 512<<20 {
@@ -146,6 +162,12 @@ func TestErrors(t *testing.T) {
 		{"name: a\nmodel:\n  provider: openai\n  baseURL: http://x\n  model: m\n  apiKeyEnv: sk-abcdef123456\n", []string{"model.apiKeyEnv", "NAME of the variable", `"sk-a…"`}},
 		{"name: a\nmodel:\n  baseURL: http://x\n  model: m\n", []string{"provider is echo"}},
 		{"name: a\nserving: cluster\n", []string{"serving", `"cluster" is not a serving mode; use local or ledger`}},
+		{"name: a\nledger:\n  leese: 10s\n", []string{`unknown field "leese" in ledger`, "lease"}},
+		{"name: a\nledger:\n  lease: soon\n", []string{"ledger.lease"}},
+		{"name: a\nledger:\n  lease: 10ms\n", []string{"ledger.lease", "too short"}},
+		{"name: a\nledger:\n  maxPending: 0\n", []string{"ledger.maxPending", "at least 1"}},
+		{"name: a\nledger:\n  maxPendingBytes: lots\n", []string{"ledger.maxPendingBytes", "is not a size"}},
+		{"name: a\nledger:\n  store: somewhere\n", []string{"ledger.store", "not a store URL"}},
 		{"name: a\nmemory: maybe\n", []string{"memory", "expected true or false"}},
 		{"name: a\nmaxSteps: 0\n", []string{"maxSteps", "at least 1"}},
 		{"name: a\npolicy:\n  debounce: soon\n", []string{"policy.debounce", "30s"}},

@@ -8,6 +8,7 @@ import (
 	"math"
 	"strconv"
 	"strings"
+	"time"
 
 	"go.yaml.in/yaml/v3"
 
@@ -200,7 +201,7 @@ func (p *parser) parse(data []byte) (*File, error) {
 		return nil, &Error{File: p.file, Msg: "YAML anchors and aliases are not supported; write the values out"}
 	}
 	f := &File{Instructions: DefaultInstructions, Memory: true, Serving: agent.ServingLocal}
-	top := p.fields(root, "", "name", "instructions", "maxSteps", "model", "memory", "storage", "serving", "policy", "timeouts", "experiments", "evals", "cors")
+	top := p.fields(root, "", "name", "instructions", "maxSteps", "model", "memory", "storage", "serving", "ledger", "policy", "timeouts", "experiments", "evals", "cors")
 	if v, ok := top["name"]; ok {
 		f.Name = p.str(v, "name")
 	}
@@ -232,6 +233,9 @@ func (p *parser) parse(data []byte) (*File, error) {
 		if p.err == nil && f.Serving != agent.ServingLocal && f.Serving != agent.ServingLedger {
 			p.fail(v, "serving", "%q is not a serving mode; use local or ledger", f.Serving)
 		}
+	}
+	if v, ok := top["ledger"]; ok {
+		p.ledger(v, "ledger", f)
 	}
 	if v, ok := top["policy"]; ok {
 		f.Policy = p.policy(v, "policy")
@@ -481,6 +485,58 @@ func (p *parser) memory(n *yaml.Node, f *File) {
 		return
 	}
 	f.Memory = p.boolean(n, "memory")
+}
+
+// ledger reads the ledger section: the coordination store's URL and the
+// lease and queue settings of serving mode ledger.
+func (p *parser) ledger(n *yaml.Node, path string, f *File) {
+	if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
+		return
+	}
+	m := p.fields(n, path, "store", "lease", "margin", "maxAttempts", "maxPending", "maxPendingBytes", "maxEventBytes", "retryAfter")
+	o := &f.Ledger
+	if v, ok := m["store"]; ok {
+		f.LedgerStore = p.str(v, join(path, "store"))
+		if p.err == nil && !strings.Contains(f.LedgerStore, ":") {
+			p.fail(v, join(path, "store"), "%q is not a store URL; use a URL such as postgres://host/db, redis://host:6379/0 or nats://host:4222, or leave it out to coordinate through storage", f.LedgerStore)
+		}
+	}
+	dur := func(key string, dst *time.Duration) {
+		if v, ok := m[key]; ok {
+			*dst, _ = parseDuration(p.duration(v, join(path, key), false))
+		}
+	}
+	dur("lease", &o.Lease)
+	dur("margin", &o.Margin)
+	dur("retryAfter", &o.RetryAfter)
+	if v, ok := m["maxAttempts"]; ok {
+		o.MaxAttempts = p.integer(v, join(path, "maxAttempts"), 1)
+	}
+	if v, ok := m["maxPending"]; ok {
+		o.MaxPending = p.integer(v, join(path, "maxPending"), 1)
+	}
+	size := func(key string) int64 {
+		v, ok := m[key]
+		if !ok {
+			return 0
+		}
+		b, err := parseBytes(v.Value)
+		if v.Kind != yaml.ScalarNode || err != nil || b <= 0 {
+			p.fail(v, join(path, key), "%q is not a size; use a positive number of bytes with an optional unit: B, KB, MB, KiB, MiB (e.g. 8MiB)", v.Value)
+			return 0
+		}
+		return b
+	}
+	o.MaxPendingBytes = size("maxPendingBytes")
+	if b := size("maxEventBytes"); b > 0 {
+		if b > 1<<30 {
+			p.fail(m["maxEventBytes"], join(path, "maxEventBytes"), "%s is over 1GiB; a queued message is far smaller (the default is 256KiB)", m["maxEventBytes"].Value)
+		}
+		o.MaxEventBytes = int(b)
+	}
+	if p.err == nil && o.Lease > 0 && o.Lease < 100*time.Millisecond {
+		p.fail(m["lease"], join(path, "lease"), "%v is too short; a lease shorter than 100ms cannot be renewed across a network (the default is 10s)", o.Lease)
+	}
 }
 
 // timeouts reads the timeouts section: turn and tool, positive durations.

@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net/http"
+	"strconv"
 	"strings"
 
 	"agentkit/agent"
@@ -27,6 +29,9 @@ const (
 	CodeKeyInUse         = "idempotency_key_in_use" // 409: a request with this Idempotency-Key is running
 	CodeKeyReused        = "idempotency_key_reused" // 422: the Idempotency-Key names another request
 	CodeTooLarge         = "body_too_large"         // 413
+	CodeMessageTooLarge  = "message_too_large"      // 413: over the ledger's limit on one queued message
+	CodeInboxFull        = "inbox_full"             // 429: the session's queue is full (serving mode ledger)
+	CodeDeadLettered     = "dead_lettered"          // 422: the message went to the dead-letter store (serving mode ledger)
 	CodeStoreUnavailable = "store_unavailable"      // 503
 	CodeShuttingDown     = "shutting_down"          // 503
 	CodeInternal         = "internal"               // 500
@@ -93,6 +98,12 @@ func (s *Server) classify(r *http.Request, err error) (int, string, string) {
 		return http.StatusConflict, CodeKeyInUse, "a request with this Idempotency-Key is running; retry when it has answered, and the retry gets its answer"
 	case errors.Is(err, agent.ErrKeyReused):
 		return http.StatusUnprocessableEntity, CodeKeyReused, strings.TrimPrefix(err.Error(), agent.ErrKeyReused.Error()+": ")
+	case errors.Is(err, agent.ErrInboxFull):
+		return http.StatusTooManyRequests, CodeInboxFull, "the session has as many messages queued as the server allows; send the message again (with the same Idempotency-Key) after Retry-After seconds"
+	case errors.Is(err, agent.ErrTooLarge):
+		return http.StatusRequestEntityTooLarge, CodeMessageTooLarge, "the message is over the limit on one queued message (ledger.maxEventBytes in agentkit.yaml), or its Idempotency-Key over 256 bytes; send less"
+	case errors.Is(err, agent.ErrDeadLettered):
+		return http.StatusUnprocessableEntity, CodeDeadLettered, "the message's turn failed too many times and the message went to the dead-letter store; the session moved on without it"
 	case errors.Is(err, agent.ErrClosed):
 		return http.StatusServiceUnavailable, CodeShuttingDown, "the server is shutting down; retry on another host or after the restart"
 	}
@@ -112,8 +123,21 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 		w.Header().Set("Retry-After", "5")
 	case http.StatusConflict:
 		w.Header().Set("Retry-After", "1")
+	case http.StatusTooManyRequests:
+		w.Header().Set("Retry-After", retryAfter(err))
 	}
 	writeError(w, status, code, msg)
+}
+
+// retryAfter is the Retry-After of a full inbox, in whole seconds (at
+// least 1).
+func retryAfter(err error) string {
+	var full *agent.InboxFullError
+	secs := int64(1)
+	if errors.As(err, &full) {
+		secs = max(1, int64(math.Ceil(full.RetryAfter.Seconds())))
+	}
+	return strconv.FormatInt(secs, 10)
 }
 
 // bodyError is a request body that is not what the route takes. Its

@@ -41,6 +41,9 @@ type fixtureOpts struct {
 	store  any
 	policy agent.Policy
 	root   string // the state root; empty: a new temporary one
+	// serving and ledger set the serving mode and the ledger's options.
+	serving string
+	ledger  agent.LedgerOptions
 }
 
 func newFixture(t *testing.T, o fixtureOpts) *fixture {
@@ -69,6 +72,8 @@ func newFixture(t *testing.T, o fixtureOpts) *fixture {
 		Observer:  m,
 		Logger:    discardLogger(),
 		Policy:    o.policy,
+		Serving:   o.serving,
+		Ledger:    o.ledger,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -80,6 +80,10 @@ func (s *Server) runTurn(w http.ResponseWriter, r *http.Request, status int, cal
 			s.fail(w, r, err)
 			return
 		}
+		if res.Queued {
+			writeQueued(w, res)
+			return
+		}
 		if status == http.StatusCreated {
 			w.Header().Set("Location", "/v1/sessions/"+res.SessionID)
 		}
@@ -123,6 +127,10 @@ func (s *Server) runTurn(w http.ResponseWriter, r *http.Request, status int, cal
 				s.fail(w, r, err)
 				return
 			}
+			if err == nil && res.Queued && st == nil {
+				writeQueued(w, res)
+				return
+			}
 			open()
 			for _, ev := range evs {
 				st.event(ev)
@@ -137,6 +145,23 @@ func (s *Server) runTurn(w http.ResponseWriter, r *http.Request, status int, cal
 			return
 		}
 	}
+}
+
+// queuedBody is the 202 answer of serving mode ledger: the message is
+// accepted into the session's queue, and its turn runs on the host holding
+// the session. The turn's turn.started event carries eventId.
+type queuedBody struct {
+	SessionID string `json:"sessionId"`
+	EventID   string `json:"eventId"`
+	Status    string `json:"status"`
+}
+
+func writeQueued(w http.ResponseWriter, res agent.TurnResult) {
+	w.Header().Set("Location", "/v1/sessions/"+res.SessionID)
+	if res.Replayed {
+		w.Header().Set("Idempotent-Replayed", "true")
+	}
+	writeJSON(w, http.StatusAccepted, queuedBody{SessionID: res.SessionID, EventID: res.EventID, Status: "queued"})
 }
 
 func (s *Server) listSessions(w http.ResponseWriter, r *http.Request) {

@@ -340,7 +340,7 @@ func TestDeleteLeavesNoTrace(t *testing.T) {
 }
 
 // TestSmallerCLIRefusals: version -h has no empty Flags section; the
-// ledger refusal names no internal document; a short auth token is
+// refusal of ledger mode over the embedded store names no internal document; a short auth token is
 // refused off loopback.
 func TestSmallerCLIRefusals(t *testing.T) {
 	t.Parallel()
@@ -352,6 +352,10 @@ func TestSmallerCLIRefusals(t *testing.T) {
 	if r := run(t, dir, nil, "", "serve", "-h"); r.code != 0 || !strings.Contains(r.stdout, "Flags") || !strings.Contains(r.stdout, "-turn-timeout") {
 		t.Errorf("serve -h: exit %d, stdout %q; want its flags, --turn-timeout among them", r.code, r.stdout)
 	}
+	// Over the memory driver ledger mode is refused at start-up, saying why.
+	if r := run(t, dir, nil, "", "serve", "--addr", "127.0.0.1:0", "--serving", "ledger", "--storage", "mem:"); r.code == 0 || !strings.Contains(r.stderr, "memory driver") || !strings.Contains(r.stderr, "shared durable store") {
+		t.Errorf("serve --serving ledger --storage mem:: exit %d, stderr %q; want a refusal naming the memory driver", r.code, r.stderr)
+	}
 	ledger := writeProject(t, "name: small\nserving: ledger\n")
 	for _, c := range []struct {
 		dir  string
@@ -361,8 +365,8 @@ func TestSmallerCLIRefusals(t *testing.T) {
 		{ledger, []string{"serve", "--addr", "127.0.0.1:0"}},
 	} {
 		r := run(t, c.dir, nil, "", c.args...)
-		if r.code != 2 || !strings.Contains(r.stderr, "not available in this build") || !strings.Contains(r.stderr, "local") {
-			t.Errorf("agentkit %v: exit %d, stderr %q; want exit 2 saying ledger is not available in this build and to use local", c.args, r.code, r.stderr)
+		if r.code != 2 || !strings.Contains(r.stderr, "shared store") || !strings.Contains(r.stderr, "storage:") {
+			t.Errorf("agentkit %v: exit %d, stderr %q; want exit 2 saying ledger mode needs a shared store and to set storage:", c.args, r.code, r.stderr)
 		}
 		for _, internal := range []string{".md", "spec", "issue"} {
 			if strings.Contains(r.stderr, internal) {

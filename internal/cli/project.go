@@ -21,9 +21,10 @@ import (
 	"agentkit/model"
 )
 
-// ledgerUnavailable is the refusal of serving: ledger by a build without
-// the ledger.
-const ledgerUnavailable = "serving mode ledger (durable sessions across hosts) is not available in this build of agentkit; use serving: local (the default)"
+// ledgerNeedsStore is the refusal of serving mode ledger over the
+// embedded default store, which lives in one host's state root.
+const ledgerNeedsStore = "serving mode ledger coordinates several hosts through one shared store, and the embedded default store lives in this host's state root; " +
+	"set storage: in agentkit.yaml (or --storage) to a shared store such as postgres://host/db, redis://host:6379/0 or nats://host:4222, or ledger.store: to coordinate through another store"
 
 // DefaultAgentName is the name of the built-in agent "agentkit run" runs
 // when there is no project folder.
@@ -83,7 +84,10 @@ func (p *project) runtimeConfig(ctx context.Context, serving, storage string) (a
 	case "", agent.ServingLocal:
 		rc.Serving = agent.ServingLocal
 	case agent.ServingLedger:
-		return rc, nil, usagef("%s", ledgerUnavailable)
+		rc.Serving = agent.ServingLedger
+		if storage == "" && (p.file == nil || p.file.LedgerStore == "") {
+			return rc, nil, usagef("%s", ledgerNeedsStore)
+		}
 	default:
 		return rc, nil, usagef("--serving %q: use local or ledger", serving)
 	}
@@ -107,6 +111,19 @@ func (p *project) runtimeConfig(ctx context.Context, serving, storage string) (a
 			rc.Memory.Backend = mem
 			closeStore = func() { mem.Close(); db.Close() }
 		}
+	}
+	if rc.Serving == agent.ServingLedger && p.file != nil && p.file.LedgerStore != "" {
+		db, err := kv.Open(ctx, p.file.LedgerStore)
+		if err != nil {
+			closeStore()
+			if strings.Contains(err.Error(), "no driver for") {
+				return rc, nil, usagef("ledger.store: %v", err)
+			}
+			return rc, nil, fmt.Errorf("opening the ledger's coordination store: %w", err)
+		}
+		rc.Ledger.Store = db
+		closeData := closeStore
+		closeStore = func() { closeData(); db.Close() }
 	}
 	return rc, closeStore, nil
 }

@@ -463,7 +463,7 @@ func TestServeRefusals(t *testing.T) {
 		{dir, []string{"AGENTKIT_ADDR=0.0.0.0:0"}, []string{"serve"}, []string{"--insecure"}},
 		{dir, nil, []string{"dev", "--addr", "0.0.0.0:0", "--auth-token", "t"}, []string{"loopback only"}},
 		{dir, nil, []string{"serve", "--addr", "localhost"}, []string{"HOST:PORT"}},
-		{dir, nil, []string{"serve", "--addr", "127.0.0.1:0", "--serving", "ledger"}, []string{"ledger", "not available in this build", "serving: local"}},
+		{dir, nil, []string{"serve", "--addr", "127.0.0.1:0", "--serving", "ledger"}, []string{"ledger", "shared store", "--storage"}},
 		{dir, nil, []string{"serve", "--addr", "127.0.0.1:0", "--serving", "cluster"}, []string{"--serving", "local or ledger"}},
 		{dir, nil, []string{"serve", "--addr", "127.0.0.1:0", "--storage", "bogus://x"}, []string{"--storage", "bogus"}},
 		{dir, nil, []string{"serve", "--max-body-bytes", "lots"}, []string{"max-body-bytes", "4MiB"}},

@@ -1,0 +1,287 @@
+package server_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"agentkit/agent"
+	"agentkit/kv"
+	"agentkit/kv/memkv"
+	"agentkit/model"
+)
+
+// holdModel answers "re: {last user message}"; while holding is set, each
+// call tells entered and waits for release.
+type holdModel struct {
+	holding atomic.Bool
+	entered chan struct{}
+	release chan struct{}
+}
+
+func newHold() *holdModel {
+	return &holdModel{entered: make(chan struct{}, 16), release: make(chan struct{})}
+}
+
+func (m *holdModel) Name() string { return "hold" }
+
+func (m *holdModel) Generate(ctx context.Context, req model.Request) (model.Response, error) {
+	if m.holding.Load() {
+		m.entered <- struct{}{}
+		select {
+		case <-m.release:
+		case <-ctx.Done():
+			return model.Response{}, ctx.Err()
+		}
+	}
+	last := ""
+	for _, msg := range req.Messages {
+		if msg.Role == model.RoleUser {
+			last = msg.Content
+		}
+	}
+	return model.Response{Message: model.Message{Role: model.RoleAssistant, Content: "re: " + last}}, nil
+}
+
+// ledgerPair is two servers in serving mode ledger over one store.
+func ledgerPair(t *testing.T, store *kv.DB, ma, mb model.Model, lo agent.LedgerOptions) (*fixture, *fixture) {
+	t.Helper()
+	lo.AllowProcessLocal = true
+	if lo.Lease == 0 {
+		lo.Lease = time.Minute
+	}
+	lo.FollowInterval = 20 * time.Millisecond
+	lo.JanitorInterval = 50 * time.Millisecond
+	mk := func(m model.Model) *fixture {
+		return newFixture(t, fixtureOpts{agent: agent.Agent{Name: "shared", Model: m, NoWorkspaceTools: true}, store: store, serving: agent.ServingLedger, ledger: lo})
+	}
+	return mk(ma), mk(mb)
+}
+
+// released waits until no host holds the session.
+func released(t *testing.T, f *fixture, id string) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		for s, err := range f.rt.Ledger().Sessions(context.Background()) {
+			if err != nil {
+				t.Fatal(err)
+			}
+			if s.ID == id && s.Holder == "" {
+				return
+			}
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Fatalf("session %s still held after 20s", id)
+}
+
+// keyed sends POST path with body and an Idempotency-Key; it returns the
+// status, the headers and the decoded answer.
+func (f *fixture) keyed(path, body, key string, out any) (int, http.Header) {
+	f.t.Helper()
+	hdr := http.Header{"Content-Type": {"application/json"}}
+	if key != "" {
+		hdr.Set("Idempotency-Key", key)
+	}
+	resp := f.send("POST", path, body, hdr)
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(resp.Body)
+	if out != nil {
+		if err := json.Unmarshal(data, out); err != nil {
+			f.t.Fatalf("POST %s: %q is not JSON: %v", path, data, err)
+		}
+	}
+	return resp.StatusCode, resp.Header
+}
+
+// turnsByEvent returns how many turn.started events of the session carry
+// the event id, as f reads them.
+func turnsByEvent(t *testing.T, f *fixture, id, eventID string) (n int, answer string) {
+	t.Helper()
+	var page agent.EventPage
+	if code := f.do("GET", "/v1/sessions/"+id+"/events?limit=1000", "", &page); code != 200 {
+		t.Fatalf("GET events: %d", code)
+	}
+	var turn int64
+	for _, ev := range page.Events {
+		if ev.Type == agent.EventTurnStarted && ev.EventID == eventID {
+			n++
+			turn = ev.Turn
+		}
+		if ev.Type == agent.EventTurnFinished && ev.Turn == turn && n > 0 {
+			answer = ev.Result
+		}
+	}
+	return n, answer
+}
+
+type started struct {
+	SessionID         string `json:"sessionId"`
+	ContinuationToken string `json:"continuationToken"`
+	Turn              struct {
+		Status string `json:"status"`
+		Result string `json:"result"`
+	} `json:"turn"`
+}
+
+type queued struct {
+	SessionID string `json:"sessionId"`
+	EventID   string `json:"eventId"`
+	Status    string `json:"status"`
+}
+
+func TestLedgerContinue200OnTheHolder202ElsewhereAndOneMessagePerKey(t *testing.T) {
+	store := memkv.New()
+	ma := newHold()
+	a, b := ledgerPair(t, store, ma, newHold(), agent.LedgerOptions{})
+
+	var s started
+	if code, _ := a.keyed("/v1/sessions", `{"message":"one"}`, "", &s); code != http.StatusCreated || s.Turn.Result != "re: one" {
+		t.Fatalf("start on A: %d %+v", code, s)
+	}
+	released(t, a, s.SessionID)
+	// The host that takes the message runs the turn: 200 with the turn.
+	var r started
+	if code, _ := b.keyed("/v1/sessions/continue", `{"continuationToken":"`+s.ContinuationToken+`","message":"two"}`, "", &r); code != 200 || r.Turn.Result != "re: two" {
+		t.Fatalf("continue on B (no holder): %d %+v; want 200 with the turn", code, r)
+	}
+	released(t, b, s.SessionID)
+
+	// A holds the session, in a turn; B queues the message: 202.
+	ma.holding.Store(true)
+	done := make(chan int, 1)
+	go func() {
+		code, _ := a.keyed("/v1/sessions/continue", `{"continuationToken":"`+s.ContinuationToken+`","message":"three"}`, "", nil)
+		done <- code
+	}()
+	<-ma.entered
+	body := `{"continuationToken":"` + s.ContinuationToken + `","message":"four"}`
+	var q queued
+	code, hdr := b.keyed("/v1/sessions/continue", body, "key-four", &q)
+	if code != http.StatusAccepted || q != (queued{SessionID: s.SessionID, EventID: "key-four", Status: "queued"}) {
+		t.Fatalf("continue on B while A holds the session: %d %+v; want 202 queued with the event id", code, q)
+	}
+	if hdr.Get("Location") != "/v1/sessions/"+s.SessionID {
+		t.Errorf("202 Location %q", hdr.Get("Location"))
+	}
+	// The retry after a lost answer is the same message.
+	if code, hdr := b.keyed("/v1/sessions/continue", body, "key-four", &q); code != http.StatusAccepted || hdr.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("the retry: %d %v", code, hdr)
+	}
+	ma.holding.Store(false)
+	close(ma.release)
+	if code := <-done; code != 200 {
+		t.Errorf("continue on A, the holder: %d, want 200", code)
+	}
+	// The queued message's turn is found by its event id on any host.
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		n, answer := turnsByEvent(t, b, s.SessionID, "key-four")
+		if n == 1 && answer == "re: four" {
+			break
+		}
+		if n > 1 || time.Now().After(deadline) {
+			t.Fatalf("B finds the event key-four in %d turns (answer %q)", n, answer)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n, _ := turnsByEvent(t, a, s.SessionID, "key-four"); n != 1 {
+		t.Errorf("A finds key-four in %d turns", n)
+	}
+	// Once consumed, a retry answers 200 with the committed turn.
+	var again started
+	if code, hdr := a.keyed("/v1/sessions/continue", body, "key-four", &again); code != 200 || again.Turn.Result != "re: four" || hdr.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("retry after the commit: %d %+v %v", code, again, hdr)
+	}
+	if n, _ := turnsByEvent(t, b, s.SessionID, "key-four"); n != 1 {
+		t.Errorf("after the retries key-four is in %d turns", n)
+	}
+	var got struct {
+		Session agent.Session `json:"session"`
+	}
+	if code := b.do("GET", "/v1/sessions/"+s.SessionID, "", &got); code != 200 || got.Session.Turns != 4 {
+		t.Errorf("GET the session on B: %d %+v", code, got.Session)
+	}
+	var list agent.SessionPage
+	if code := b.do("GET", "/v1/sessions", "", &list); code != 200 || len(list.Sessions) != 1 || list.Sessions[0].ID != s.SessionID {
+		t.Errorf("GET /v1/sessions on B: %d %+v", code, list)
+	}
+}
+
+func TestLedgerFullInboxIs429TooLargeIs413Unknown404(t *testing.T) {
+	store := memkv.New()
+	ma := newHold()
+	a, b := ledgerPair(t, store, ma, newHold(), agent.LedgerOptions{MaxPending: 1, MaxEventBytes: 1024, RetryAfter: 3 * time.Second})
+	var s started
+	if code, _ := a.keyed("/v1/sessions", `{"message":"one"}`, "", &s); code != http.StatusCreated {
+		t.Fatalf("start: %d", code)
+	}
+	released(t, a, s.SessionID)
+	big := `{"continuationToken":"` + s.ContinuationToken + `","message":"` + strings.Repeat("x", 2000) + `"}`
+	b.wantError("POST", "/v1/sessions/continue", big, http.StatusRequestEntityTooLarge, "message_too_large", "maxEventBytes")
+
+	ma.holding.Store(true)
+	go a.keyed("/v1/sessions/continue", `{"continuationToken":"`+s.ContinuationToken+`","message":"two"}`, "", nil)
+	<-ma.entered
+	resp := b.send("POST", "/v1/sessions/continue", `{"continuationToken":"`+s.ContinuationToken+`","message":"three"}`, nil)
+	var e apiError
+	json.NewDecoder(resp.Body).Decode(&e)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusTooManyRequests || e.Error.Code != "inbox_full" || resp.Header.Get("Retry-After") != "3" {
+		t.Fatalf("a message past the queue's limit: %d %q Retry-After %q; want 429 inbox_full with Retry-After 3", resp.StatusCode, e.Error.Code, resp.Header.Get("Retry-After"))
+	}
+	ma.holding.Store(false)
+	close(ma.release)
+
+	b.wantError("POST", "/v1/sessions/continue", `{"continuationToken":"nope","message":"x"}`, http.StatusNotFound, "unknown_token")
+	b.wantError("GET", "/v1/sessions/nope", "", http.StatusNotFound, "session_not_found")
+	if code := b.do("DELETE", "/v1/sessions/"+s.SessionID, "", nil); code != http.StatusNoContent {
+		t.Fatalf("DELETE on B: %d", code)
+	}
+	a.wantError("GET", "/v1/sessions/"+s.SessionID, "", http.StatusNotFound, "session_not_found")
+	a.wantError("POST", "/v1/sessions/continue", `{"continuationToken":"`+s.ContinuationToken+`","message":"x"}`, http.StatusNotFound, "unknown_token")
+	b.wantError("DELETE", "/v1/sessions/"+s.SessionID, "", http.StatusNotFound, "session_not_found")
+}
+
+func TestLedgerStreamOnAHostNotRunningTheTurn(t *testing.T) {
+	store := memkv.New()
+	a, b := ledgerPair(t, store, newHold(), newHold(), agent.LedgerOptions{})
+	var s started
+	if code, _ := a.keyed("/v1/sessions", `{"message":"one"}`, "", &s); code != http.StatusCreated {
+		t.Fatalf("start: %d", code)
+	}
+	req, _ := http.NewRequest("GET", b.url+"/v1/sessions/"+s.SessionID+"/events", nil)
+	req.Header.Set("Accept", "text/event-stream")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	resp, err := http.DefaultClient.Do(req.WithContext(ctx))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	ch := make(chan sseEvent, 64)
+	go readEvents(resp.Body, ch)
+	// The backlog: turn 1's events.
+	for ev := next(t, ch); ev.name != agent.EventTurnFinished; ev = next(t, ch) {
+	}
+	released(t, a, s.SessionID)
+	if code, _ := a.keyed("/v1/sessions/continue", `{"continuationToken":"`+s.ContinuationToken+`","message":"two"}`, "", nil); code != 200 {
+		t.Fatalf("continue on A: %d", code)
+	}
+	// B streams the turn A committed.
+	ev := next(t, ch)
+	if ev.name != agent.EventTurnStarted || !strings.Contains(ev.data, `"message":"two"`) {
+		t.Fatalf("B streamed %+v; want turn 2's turn.started", ev)
+	}
+	for ev = next(t, ch); ev.name != agent.EventTurnFinished; ev = next(t, ch) {
+	}
+	if !strings.Contains(ev.data, "re: two") {
+		t.Errorf("turn.finished %q", ev.data)
+	}
+}
