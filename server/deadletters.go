@@ -21,9 +21,6 @@ const (
 	// CodeDeadLetterNotFound is a 404: no current dead letter has this
 	// session and event id.
 	CodeDeadLetterNotFound = "dead_letter_not_found"
-	// CodeDeadLetterInboxFull is a 429 of a replay: the session's inbox is
-	// full; the Retry-After header says when to try again.
-	CodeDeadLetterInboxFull = "inbox_full"
 )
 
 // deadLetterRoutes registers the dead-letter routes: the real ones in
@@ -152,7 +149,7 @@ func (d *deadLetterRoutes) fail(w http.ResponseWriter, r *http.Request, err erro
 			secs = 1
 		}
 		w.Header().Set("Retry-After", strconv.Itoa(secs))
-		writeError(w, http.StatusTooManyRequests, CodeDeadLetterInboxFull,
+		writeError(w, http.StatusTooManyRequests, CodeInboxFull,
 			fmt.Sprintf("the session's inbox is full (%d messages pending); nothing was replayed, retry after %d s", be.Pending, secs))
 	case r.Context().Err() != nil:
 		// the client went away; nobody reads the answer
