@@ -9,13 +9,11 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"text/tabwriter"
 	"time"
 
-	"agentkit/agent/stateroot"
 	"agentkit/ledger"
 	agentstorage "agentkit/storage"
 )
@@ -34,12 +32,12 @@ const deadLettersUsage = `deadletters ls [--session ID] | replay SESSION EVENT |
           host picks the session up at its janitor's next scan
   drop    deletes a dead letter for good
 
-The store is the agent's (storage: in agentkit.yaml, or --storage); the
-command never runs a turn nor holds a session. The agent name comes from
+The store is the ledger's: --storage, else ledger.store: or storage: in
+agentkit.yaml. The command never runs a turn nor holds a session. The agent name comes from
 agentkit.yaml (--dir, default the current folder) or --agent.`
 
 type deadLetterFlags struct {
-	dir, stateRoot, storage, agent, session string
+	dir, storage, agent, session string
 	json                                    bool
 }
 
@@ -60,8 +58,7 @@ func runDeadLetters(e *env, args []string) error {
 	var f deadLetterFlags
 	fs := newFlags(e, "deadletters "+sub, deadLettersUsage)
 	fs.StringVar(&f.dir, "dir", "", "the project folder, holding agentkit.yaml (default: the current folder if it has one)")
-	fs.StringVar(&f.stateRoot, "state-root", "", "the state root whose embedded store is used when there is no storage URL (default DIR/.agentkit)")
-	fs.StringVar(&f.storage, "storage", "", "store URL of the agent, overriding storage: in agentkit.yaml")
+	fs.StringVar(&f.storage, "storage", "", "URL of the store holding the ledger, overriding ledger.store: and storage: in agentkit.yaml")
 	fs.StringVar(&f.agent, "agent", "", "the agent name, overriding name: in agentkit.yaml")
 	if sub == "ls" {
 		fs.StringVar(&f.session, "session", "", "list the dead letters of this session only")
@@ -130,11 +127,14 @@ func openPassiveLedger(ctx context.Context, f deadLetterFlags) (*ledger.Ledger, 
 			return nil, nil, err
 		}
 	}
-	name, storage, dir := f.agent, f.storage, "."
+	name, storage := f.agent, f.storage
 	if p.file != nil {
-		dir = p.dir
 		if name == "" {
 			name = p.file.Name
+		}
+		if storage == "" {
+			// The coordination store: ledger.store, else the agent's.
+			storage = p.file.LedgerStore
 		}
 		if storage == "" {
 			storage = p.file.Storage
@@ -143,16 +143,10 @@ func openPassiveLedger(ctx context.Context, f deadLetterFlags) (*ledger.Ledger, 
 	if name == "" {
 		return nil, nil, usagef("deadletters: no agent name: run it in a project folder (agentkit.yaml), give --dir, or --agent NAME")
 	}
-	root := f.stateRoot
-	if root == "" {
-		root = filepath.Join(dir, DefaultStateRoot)
-	}
 	if storage == "" {
-		if _, err := os.Stat(stateroot.KVPath(root)); err != nil {
-			return nil, nil, fmt.Errorf("no store at %s (the embedded default of state root %s); give --storage URL (or storage: in agentkit.yaml), or --state-root of a served agent", stateroot.KVPath(root), root)
-		}
+		return nil, nil, usagef("deadletters: no store: serving mode ledger keeps its dead letters in the agent's shared store; give --storage URL, or run it where agentkit.yaml sets storage: (or ledger.store:)")
 	}
-	db, err := openStore(ctx, kvFlags{storage: storage, stateRoot: root}, false)
+	db, err := openStore(ctx, kvFlags{storage: storage}, false)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -168,6 +168,11 @@ func TestDeadLettersFindsTheProjectsStore(t *testing.T) {
 	if r := run(t, t.TempDir(), nil, "", "deadletters", "ls", "--dir", dir); r.code != 0 || !strings.Contains(r.stdout, "bad") {
 		t.Fatalf("ls --dir: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
 	}
+	// ledger.store: names the coordination store, before storage:.
+	other := writeProject(t, fmt.Sprintf("name: desk\nstorage: sqlite:%s\nledger:\n  store: sqlite:%s\n", filepath.Join(t.TempDir(), "data.db"), store))
+	if r := run(t, other, nil, "", "deadletters", "ls"); r.code != 0 || !strings.Contains(r.stdout, "bad") {
+		t.Fatalf("ls with ledger.store: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
 	// Another agent of the same store has none.
 	if r := run(t, dir, nil, "", "deadletters", "ls", "--agent", "other"); r.code != 0 || r.stdout != "no dead letters\n" {
 		t.Fatalf("ls --agent other: exit %d, stdout %q", r.code, r.stdout)
@@ -192,7 +197,7 @@ func TestDeadLettersUsage(t *testing.T) {
 		{[]string{"deadletters", "ls"}, 2, "no agent name"},
 		{[]string{"deadletters", "ls", "--agent", "a", "--storage", "mem://"}, 2, "memory"},
 		{[]string{"deadletters", "ls", "--agent", "a", "--storage", "bogus://x"}, 2, "no driver for \"bogus\""},
-		{[]string{"deadletters", "ls", "--agent", "a"}, 1, "no store at"},
+		{[]string{"deadletters", "ls", "--agent", "a"}, 2, "no store"},
 	} {
 		r := run(t, dir, nil, "", c.args...)
 		if r.code != c.code || !oneLine(r.stderr) || !strings.Contains(r.stderr, c.want) {
