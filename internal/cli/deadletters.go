@@ -38,7 +38,7 @@ agentkit.yaml (--dir, default the current folder) or --agent.`
 
 type deadLetterFlags struct {
 	dir, storage, agent, session string
-	json                                    bool
+	json                         bool
 }
 
 func runDeadLetters(e *env, args []string) error {
