@@ -253,8 +253,17 @@ ledger:
 		if h.addr != "" {
 			addr = h.addr
 		}
-		p := startServe(t, dir, nil, "serve", "--serving", "ledger", "--addr", addr, "--storage", h.store,
-			"--state-root", h.root, "--log-level", "warn", "--shutdown-timeout", "5s")
+		args := []string{"serve", "--serving", "ledger", "--storage", h.store, "--state-root", h.root, "--log-level", "warn", "--shutdown-timeout", "5s"}
+		p, err := launch(t, agentkitBin, dir, nil, append(args, "--addr", addr)...)
+		if err != nil && addr != "127.0.0.1:0" {
+			// The port was taken meanwhile (by another connection's
+			// ephemeral port): the host comes back on another one.
+			t.Logf("restarting %s on %s failed, restarting it on a new port: %v", h.name, addr, tail(err.Error(), 300))
+			p, err = launch(t, agentkitBin, dir, nil, append(args, "--addr", "127.0.0.1:0")...)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
 		h.mu.Lock()
 		h.p = p
 		h.addr = strings.TrimPrefix(p.url, "http://")
