@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"agentkit/internal/testenv"
 	"agentkit/kv"
 	"agentkit/kv/sqlitekv"
 )
@@ -23,19 +24,7 @@ import (
 const childEnv = "AGENTKIT_ACTOR_CHILD"
 
 func TestMain(m *testing.M) {
-	switch role := os.Getenv(childEnv); role {
-	case "":
-		os.Exit(m.Run())
-	case "migrate":
-		if err := childMigrate(); err != nil {
-			fmt.Fprintln(os.Stderr, "child:", err)
-			os.Exit(1)
-		}
-		os.Exit(0)
-	default:
-		fmt.Fprintf(os.Stderr, "unknown child role %q\n", role)
-		os.Exit(2)
-	}
+	testenv.RunChildRole(m, childEnv, map[string]func() error{"migrate": childMigrate})
 }
 
 // childMigrate opens the store and actors folder the parent names, and

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"agentkit/agent"
+	"agentkit/internal/testenv"
 	"agentkit/kv"
 	"agentkit/model"
 )
@@ -22,19 +23,7 @@ import (
 const childRoleEnv = "AGENTKIT_AGENT_CHILD_ROLE"
 
 func TestMain(m *testing.M) {
-	switch role := os.Getenv(childRoleEnv); role {
-	case "":
-		os.Exit(m.Run())
-	case "mid-turn":
-		if err := midTurnChild(); err != nil {
-			fmt.Fprintln(os.Stderr, "child:", err)
-			os.Exit(1)
-		}
-		os.Exit(0)
-	default:
-		fmt.Fprintf(os.Stderr, "unknown child role %q\n", role)
-		os.Exit(2)
-	}
+	testenv.RunChildRole(m, childRoleEnv, map[string]func() error{"mid-turn": midTurnChild})
 }
 
 // midTurnChild runs a turn that calls a tool and then waits an hour for

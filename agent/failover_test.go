@@ -19,6 +19,7 @@ import (
 
 	"agentkit/agent"
 	"agentkit/internal/testenv"
+	"agentkit/internal/testenv/pgtest"
 	"agentkit/kv"
 	"agentkit/kv/memkv"
 	_ "agentkit/kv/natskv" // the nats:// driver
@@ -153,29 +154,13 @@ func (g *gate) funcs() kv.Funcs {
 func sharedStores(t *testing.T, f func(t *testing.T, shared *kv.DB)) {
 	t.Run("mem", func(t *testing.T) { f(t, memkv.New()) })
 	t.Run("postgres", func(t *testing.T) {
-		const def = "postgres://root@127.0.0.1:5432/test?sslmode=disable"
-		u, err := url.Parse(testenv.Getenv("AGENTKIT_TEST_POSTGRES", def))
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		db, err := kv.Open(ctx, pgtest.TableURL(t))
 		if err != nil {
 			t.Fatal(err)
 		}
-		q := u.Query()
-		q.Set("table", "agent_failover_"+randHex())
-		u.RawQuery = q.Encode()
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		db, err := kv.Open(ctx, u.String())
-		if err != nil {
-			testenv.Unavailable(t, "PostgreSQL", "Start one and set AGENTKIT_TEST_POSTGRES to its URL (default "+def+").", err)
-			return
-		}
-		t.Cleanup(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			if d, ok := db.Backend().(interface{ Drop(context.Context) error }); ok {
-				d.Drop(ctx)
-			}
-			db.Close()
-		})
+		t.Cleanup(func() { db.Close() })
 		f(t, db)
 	})
 }

@@ -12,10 +12,8 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"agentkit/agent"
-	"agentkit/internal/testenv"
+	"agentkit/internal/testenv/pgtest"
 	"agentkit/kv"
 	"agentkit/kv/memkv"
 	_ "agentkit/kv/pgkv"
@@ -277,31 +275,9 @@ func TestTwoRuntimesFireEachReminderOnceMem(t *testing.T) {
 }
 
 func TestTwoRuntimesFireEachReminderOncePostgres(t *testing.T) {
-	const def = "postgres://root@127.0.0.1:5432/test?sslmode=disable"
-	base := testenv.Getenv("AGENTKIT_TEST_POSTGRES", def)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, base)
-	if err == nil {
-		err = conn.Ping(ctx)
-	}
-	if err != nil {
-		testenv.Unavailable(t, "PostgreSQL", "Start one and set AGENTKIT_TEST_POSTGRES to its URL (default "+def+").", err)
-		return
-	}
-	table := "agent_test_" + randHex()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		conn.Exec(ctx, "DROP TABLE IF EXISTS "+table)
-		conn.Close(ctx)
-	})
-	sep := "?"
-	if strings.Contains(base, "?") {
-		sep = "&"
-	}
+	u := pgtest.TableURL(t)
 	fireOnce(t, func() *kv.DB {
-		db, err := kv.Open(context.Background(), base+sep+"table="+table)
+		db, err := kv.Open(context.Background(), u)
 		if err != nil {
 			t.Fatal(err)
 		}

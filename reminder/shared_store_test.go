@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"agentkit/internal/testenv"
 	"agentkit/keys"
+	"agentkit/internal/testenv/pgtest"
 	"agentkit/kv"
 	_ "agentkit/kv/pgkv"
 )
@@ -91,33 +91,16 @@ func TestPostgresExactlyOnce(t *testing.T) {
 	if testing.Short() {
 		t.Skip("needs PostgreSQL")
 	}
-	url := testenv.Getenv("AGENTKIT_TEST_POSTGRES", "postgres://root@127.0.0.1:5432/test?sslmode=disable")
-	table := "agentkit_reminder_test_" + randomSuffix()
+	u := pgtest.TableURL(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	sep := "?"
-	for _, c := range url {
-		if c == '?' {
-			sep = "&"
-		}
-	}
 	// Two handles (two connection pools), as two hosts would have.
-	a, err := kv.Open(ctx, url+sep+"table="+table)
-	if err == nil {
-		err = a.Put(ctx, "agentkit/v1/probe", nil)
-	}
+	a, err := kv.Open(ctx, u)
 	if err != nil {
-		testenv.Unavailable(t, "PostgreSQL", "Start PostgreSQL or set AGENTKIT_TEST_POSTGRES to a postgres:// URL.", err)
+		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if d, ok := a.Backend().(interface{ Drop(context.Context) error }); ok {
-			_ = d.Drop(ctx)
-		}
-		a.Close()
-	})
-	b, err := kv.Open(ctx, url+sep+"table="+table)
+	t.Cleanup(func() { a.Close() })
+	b, err := kv.Open(ctx, u)
 	if err != nil {
 		t.Fatal(err)
 	}

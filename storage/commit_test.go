@@ -2,13 +2,10 @@ package storage_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"iter"
-	"net/url"
 	"slices"
 	"strings"
 	"sync"
@@ -16,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"agentkit/internal/testenv"
+	"agentkit/internal/testenv/pgtest"
 	"agentkit/kv"
 	"agentkit/kv/memkv"
 	_ "agentkit/kv/pgkv"
@@ -290,32 +287,13 @@ func sharedStoresOnce(t *testing.T, f func(t *testing.T, shared func() *kv.DB)) 
 		f(t, func() *kv.DB { return db })
 	})
 	t.Run("postgres", func(t *testing.T) {
-		const def = "postgres://root@127.0.0.1:5432/test?sslmode=disable"
-		base := testenv.Getenv("AGENTKIT_TEST_POSTGRES", def)
-		u, err := url.Parse(base)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		db, err := kv.Open(ctx, pgtest.TableURL(t))
 		if err != nil {
 			t.Fatal(err)
 		}
-		var b [6]byte
-		rand.Read(b[:])
-		q := u.Query()
-		q.Set("table", "storage_commit_"+hex.EncodeToString(b[:]))
-		u.RawQuery = q.Encode()
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		db, err := kv.Open(ctx, u.String())
-		if err != nil {
-			testenv.Unavailable(t, "PostgreSQL", "Start one and set AGENTKIT_TEST_POSTGRES to its URL (default "+def+").", err)
-			return
-		}
-		t.Cleanup(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			if d, ok := db.Backend().(interface{ Drop(context.Context) error }); ok {
-				d.Drop(ctx)
-			}
-			db.Close()
-		})
+		t.Cleanup(func() { db.Close() })
 		f(t, func() *kv.DB { return db })
 	})
 }

@@ -8,24 +8,14 @@ package storetest
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"net/url"
 	"path/filepath"
 	"testing"
-	"time"
 
-	"github.com/jackc/pgx/v5"
-
-	"agentkit/internal/testenv"
+	"agentkit/internal/testenv/pgtest"
 	"agentkit/kv"
 	_ "agentkit/kv/pgkv"     // postgres:// URLs
 	_ "agentkit/kv/sqlitekv" // sqlite: URLs
 )
-
-// DefaultPostgres is the test PostgreSQL used when AGENTKIT_TEST_POSTGRES
-// is unset.
-const DefaultPostgres = "postgres://root@127.0.0.1:5432/test?sslmode=disable"
 
 // Store is one store a table test runs on.
 type Store struct {
@@ -52,34 +42,7 @@ func SQLite(t *testing.T) string {
 // PostgreSQL, dropped when the test ends.
 func Postgres(t *testing.T) string {
 	t.Helper()
-	base := testenv.Getenv("AGENTKIT_TEST_POSTGRES", DefaultPostgres)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, base)
-	if err == nil {
-		err = conn.Ping(ctx)
-	}
-	if err != nil {
-		testenv.Unavailable(t, "PostgreSQL", "Start one and set AGENTKIT_TEST_POSTGRES to its URL (default "+DefaultPostgres+").", err)
-		return ""
-	}
-	b := make([]byte, 6)
-	rand.Read(b)
-	table := "agentkit_tables_" + hex.EncodeToString(b)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		conn.Exec(ctx, "DROP TABLE IF EXISTS "+table)
-		conn.Close(ctx)
-	})
-	u, err := url.Parse(base)
-	if err != nil {
-		t.Fatalf("AGENTKIT_TEST_POSTGRES %q: %v", base, err)
-	}
-	q := u.Query()
-	q.Set("table", table)
-	u.RawQuery = q.Encode()
-	return u.String()
+	return pgtest.TableURL(t)
 }
 
 // Open opens storeURL and closes the store when the test ends.

@@ -1,9 +1,11 @@
 // Package testenv holds the rules agentkit's tests share for reaching real
 // servers: where to find them (environment variables with local defaults) and
-// what to do when one is missing (skip with a how-to on a laptop, fail in CI).
+// what to do when one is missing (skip with a how-to on a laptop, fail in CI),
+// and the TestMain of test binaries that run themselves as child processes.
 package testenv
 
 import (
+	"fmt"
 	"os"
 	"testing"
 )
@@ -35,4 +37,26 @@ func Unavailable(t testing.TB, what, howto string, err error) {
 		t.Fatalf("%s is not reachable (%v); CI requires it. %s", what, err, howto)
 	}
 	t.Skipf("%s is not reachable (%v); skipping. %s", what, err, howto)
+}
+
+// RunChildRole is a TestMain for test binaries that re-run themselves as
+// child processes (crash tests kill a child at a chosen step). With the
+// environment variable env unset it runs the tests; set, it runs the role
+// of that name from roles and exits 0, or 1 with the role's error on
+// standard error, or 2 for a role it does not know.
+func RunChildRole(m *testing.M, env string, roles map[string]func() error) {
+	role := os.Getenv(env)
+	if role == "" {
+		os.Exit(m.Run())
+	}
+	run, ok := roles[role]
+	if !ok {
+		fmt.Fprintf(os.Stderr, "unknown child role %q\n", role)
+		os.Exit(2)
+	}
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "child:", err)
+		os.Exit(1)
+	}
+	os.Exit(0)
 }

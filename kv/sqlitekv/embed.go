@@ -37,6 +37,9 @@ var tableStatements = []string{
 		last_version INTEGER NOT NULL
 	)`,
 	`INSERT INTO kv_meta (id, format, last_version) VALUES (1, ` + strconv.Itoa(formatVersion) + `, 0) ON CONFLICT (id) DO NOTHING`,
+	// Every write sets its row's version to last_version + 1; these record
+	// that number as the last one issued, inside the same statement, so the
+	// next write draws a fresh one.
 	`CREATE TRIGGER IF NOT EXISTS kv_version_insert AFTER INSERT ON kv BEGIN
 		UPDATE kv_meta SET last_version = NEW.version WHERE id = 1;
 	END`,

@@ -321,28 +321,7 @@ func (s *store) initSchema(ctx context.Context) error {
 		return s.openErr("create the tables", err)
 	}
 	defer tx.Rollback()
-	for _, q := range []string{
-		`CREATE TABLE IF NOT EXISTS kv (
-			key     TEXT PRIMARY KEY NOT NULL,
-			value   BLOB NOT NULL,
-			version INTEGER NOT NULL
-		)`,
-		`CREATE TABLE IF NOT EXISTS kv_meta (
-			id           INTEGER PRIMARY KEY CHECK (id = 1),
-			format       INTEGER NOT NULL,
-			last_version INTEGER NOT NULL
-		)`,
-		`INSERT INTO kv_meta (id, format, last_version) VALUES (1, ` + strconv.Itoa(formatVersion) + `, 0) ON CONFLICT (id) DO NOTHING`,
-		// Every write sets its row's version to last_version + 1; these
-		// record that number as the last one issued, inside the same
-		// statement, so the next write draws a fresh one.
-		`CREATE TRIGGER IF NOT EXISTS kv_version_insert AFTER INSERT ON kv BEGIN
-			UPDATE kv_meta SET last_version = NEW.version WHERE id = 1;
-		END`,
-		`CREATE TRIGGER IF NOT EXISTS kv_version_update AFTER UPDATE OF version ON kv BEGIN
-			UPDATE kv_meta SET last_version = NEW.version WHERE id = 1;
-		END`,
-	} {
+	for _, q := range tableStatements {
 		if _, err := tx.ExecContext(ctx, q); err != nil {
 			return s.openErr("create the tables (is this another program's database?)", err)
 		}
