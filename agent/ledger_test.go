@@ -29,15 +29,21 @@ type gateModel struct {
 	blocking atomic.Bool
 	entered  chan string
 	release  chan struct{}
+	once     sync.Once
 
 	mu       sync.Mutex
 	requests [][]string // user messages of each request
 	tools    []model.ToolCall
 }
 
-func newGate() *gateModel {
+// newGate returns a gateModel; ledgerHost releases it when the test ends,
+// before the runtime closes, so a failing test does not hang.
+func newGate(_ *testing.T) *gateModel {
 	return &gateModel{entered: make(chan string, 16), release: make(chan struct{})}
 }
+
+// open releases the blocked calls, once.
+func (g *gateModel) open() { g.once.Do(func() { close(g.release) }) }
 
 func (g *gateModel) Name() string { return "gate" }
 
@@ -91,7 +97,11 @@ func ledgerHost(t *testing.T, store *kv.DB, m model.Model, edit func(*agent.Conf
 	if edit != nil {
 		edit(&cfg)
 	}
-	return open(t, cfg)
+	rt := open(t, cfg)
+	if g, ok := m.(interface{ open() }); ok {
+		t.Cleanup(g.open) // runs before the runtime closes: a failing test does not hang
+	}
+	return rt
 }
 
 // waitTurns waits until the session has n turns as rt reads it.
@@ -161,7 +171,7 @@ func TestLedgerModeRefusesTheMemoryStoreOutsideTests(t *testing.T) {
 func TestLedgerTwoHostsServeOneSessionFromTheCommittedTranscript(t *testing.T) {
 	ctx := context.Background()
 	store := memkv.New()
-	ma, mb := newGate(), newGate()
+	ma, mb := newGate(t), newGate(t)
 	a := ledgerHost(t, store, ma, nil)
 	b := ledgerHost(t, store, mb, nil)
 
@@ -205,9 +215,9 @@ func TestLedgerTwoHostsServeOneSessionFromTheCommittedTranscript(t *testing.T) {
 func TestLedgerContinueOnAnotherHostIsQueuedAndFoundByEventID(t *testing.T) {
 	ctx := context.Background()
 	store := memkv.New()
-	ma := newGate()
+	ma := newGate(t)
 	a := ledgerHost(t, store, ma, nil)
-	b := ledgerHost(t, store, newGate(), nil)
+	b := ledgerHost(t, store, newGate(t), nil)
 	res := start(t, a, "one")
 
 	ma.blocking.Store(true)
@@ -232,7 +242,7 @@ func TestLedgerContinueOnAnotherHostIsQueuedAndFoundByEventID(t *testing.T) {
 		t.Fatalf("the retry: %+v, %v", q2, err)
 	}
 	ma.blocking.Store(false)
-	close(ma.release)
+	ma.open()
 	if r := <-done; r.Turn.Result != "re: two" {
 		t.Errorf("A's turn: %+v", r)
 	}
@@ -269,9 +279,9 @@ func TestLedgerContinueOnAnotherHostIsQueuedAndFoundByEventID(t *testing.T) {
 func TestLedgerFullInboxTooLargeAndUnknown(t *testing.T) {
 	ctx := context.Background()
 	store := memkv.New()
-	ma := newGate()
+	ma := newGate(t)
 	a := ledgerHost(t, store, ma, func(c *agent.Config) { c.Ledger.MaxPending = 2; c.Ledger.MaxEventBytes = 2048 })
-	b := ledgerHost(t, store, newGate(), func(c *agent.Config) { c.Ledger.MaxPending = 2; c.Ledger.MaxEventBytes = 2048 })
+	b := ledgerHost(t, store, newGate(t), func(c *agent.Config) { c.Ledger.MaxPending = 2; c.Ledger.MaxEventBytes = 2048 })
 	res := start(t, a, "one")
 
 	if _, err := b.Continue(ctx, agent.ContinueRequest{Token: res.ContinuationToken, Message: strings.Repeat("x", 4096)}); !errors.Is(err, agent.ErrTooLarge) {
@@ -289,7 +299,7 @@ func TestLedgerFullInboxTooLargeAndUnknown(t *testing.T) {
 		t.Fatalf("a third pending message: %v, want an InboxFullError with RetryAfter", err)
 	}
 	ma.blocking.Store(false)
-	close(ma.release)
+	ma.open()
 	waitTurns(t, a, res.SessionID, 3)
 	if msgs, _ := ledgerMessages(t, a, res.SessionID); strings.Join(msgs, "|") != "one|two|three" {
 		t.Errorf("the refused message was kept: %q", msgs)
@@ -320,7 +330,7 @@ func TestLedgerFullInboxTooLargeAndUnknown(t *testing.T) {
 func TestLedgerTakeoverContinuesFromTheCommittedTurns(t *testing.T) {
 	ctx := context.Background()
 	store := memkv.New()
-	ma, mb := newGate(), newGate()
+	ma, mb := newGate(t), newGate(t)
 	a := ledgerHost(t, store, ma, nil)
 	b := ledgerHost(t, store, mb, nil)
 	res := start(t, a, "one")
@@ -376,7 +386,7 @@ func (m *recordingMemory) count() int {
 func TestLedgerFencedCommitWritesNoMemoryHookOrSample(t *testing.T) {
 	ctx := context.Background()
 	store := memkv.New()
-	ma := newGate()
+	ma := newGate(t)
 	mem := &recordingMemory{}
 	var hooks atomic.Int64
 	exp := abtest.Experiment{Name: "tone", Variants: []abtest.Variant{{Name: "plain"}, {Name: "warm", Instructions: "Be warm."}}}
@@ -385,7 +395,7 @@ func TestLedgerFencedCommitWritesNoMemoryHookOrSample(t *testing.T) {
 		c.Agent.Experiments = []abtest.Experiment{exp}
 		c.Agent.Hooks.AfterTurn = func(context.Context, agent.TurnInfo) error { hooks.Add(1); return nil }
 	})
-	b := ledgerHost(t, store, newGate(), nil)
+	b := ledgerHost(t, store, newGate(t), nil)
 
 	ma.blocking.Store(true)
 	done := make(chan error, 1)
@@ -402,7 +412,7 @@ func TestLedgerFencedCommitWritesNoMemoryHookOrSample(t *testing.T) {
 	if err := b.DeleteSession(ctx, page.Sessions[0].ID); err != nil {
 		t.Fatal(err)
 	}
-	close(ma.release)
+	ma.open()
 	if err := <-done; !errors.Is(err, agent.ErrSessionNotFound) {
 		t.Errorf("the start whose session was deleted mid-turn: %v", err)
 	}
@@ -442,9 +452,9 @@ func TestLedgerToolSeesTheSameIdempotencyKeyOnEveryAttempt(t *testing.T) {
 		},
 	}
 	withTool := func(c *agent.Config) { c.Agent.Tools = []tool.Tool{charge} }
-	ma := newGate()
+	ma := newGate(t)
 	a := ledgerHost(t, store, ma, withTool)
-	b := ledgerHost(t, store, newGate(), withTool)
+	b := ledgerHost(t, store, newGate(t), withTool)
 	res := start(t, a, "one")
 	waitReleased(t, b, res.SessionID)
 	r, err := b.Continue(ctx, agent.ContinueRequest{Token: res.ContinuationToken, Message: "tool:pay"})
@@ -462,8 +472,8 @@ func TestLedgerToolSeesTheSameIdempotencyKeyOnEveryAttempt(t *testing.T) {
 func TestLedgerReminderFiresOnceThroughTheInbox(t *testing.T) {
 	ctx := context.Background()
 	store := memkv.New()
-	a := ledgerHost(t, store, newGate(), nil)
-	b := ledgerHost(t, store, newGate(), nil)
+	a := ledgerHost(t, store, newGate(t), nil)
+	b := ledgerHost(t, store, newGate(t), nil)
 	res := start(t, a, "one")
 	// The same reminder fired twice (claimed by two hosts) is one event.
 	for _, rt := range []*agent.Runtime{a, b} {
@@ -504,7 +514,7 @@ func TestLedgerOnPostgreSQL(t *testing.T) {
 	}
 	t.Cleanup(func() { store.Close() })
 	onPG := func(c *agent.Config) { c.Ledger.AllowProcessLocal = false }
-	ma, mb := newGate(), newGate()
+	ma, mb := newGate(t), newGate(t)
 	a := ledgerHost(t, store, ma, onPG)
 	b := ledgerHost(t, store, mb, onPG)
 	res := start(t, a, "one")

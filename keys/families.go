@@ -358,13 +358,18 @@ func (s Scope) AuthorKV(key string) (string, error) {
 }
 
 // LedgerPrefix returns "agentkit/v1/{agent}/durable-session/", the family
-// reserved for the durable-session ledger of the design (05-ledger.md),
-// which lays out the keys below it. This build writes none.
+// of the session ledger (package ledger, serving mode ledger), which lays
+// out the keys below it: ctl/{sessionId} (the control records),
+// data/{sessionId}/... (payloads, committed turns, large outputs) and
+// dlq/{sessionId}/... (dead letters).
 func (s Scope) LedgerPrefix() string { return s.base() + ledgerDir }
 
 // LedgerSession returns
-// "agentkit/v1/{agent}/durable-session/{sessionId}/", the prefix of one
-// session's ledger records (ctl, blobs, dead letters).
+// "agentkit/v1/{agent}/durable-session/{sessionId}/". The ledger writes no
+// key under it: its keys put the record kind before the session id
+// (ctl/{sessionId}, data/{sessionId}/, dlq/{sessionId}/; see LedgerPrefix)
+// so that one prefix scan reads one kind of record. A key under it still
+// parses as FamilyLedger.
 func (s Scope) LedgerSession(sessionID string) (string, error) {
 	return s.join(ledgerDir, "/", part("session id", sessionID))
 }

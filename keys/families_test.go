@@ -171,8 +171,10 @@ func TestWorstCaseLength(t *testing.T) {
 		"ab sample":    must(k.ABSample(longest, longest, at)),
 		"ab snapshot":  must(k.ABSnapshot()),
 		"author kv":    must(k.AuthorKV(longest)),
-		// 05-ledger.md: blobs/{epoch}/{eventId} is the deepest ledger key.
-		"ledger blob": must(k.LedgerSession(longest)) + "blobs/" + Seq(math.MaxUint64) + "/" + must(Segment(longest)),
+		// package ledger: dlq/{sessionId}/{eventId}/{inboxSeq} is the
+		// deepest ledger key (a session id the runtime makes is a UUID; an
+		// event id is at most 256 bytes).
+		"ledger dead letter": k.LedgerPrefix() + "dlq/" + must(Segment(longest)) + "/" + must(Segment(longest)) + "/" + Seq(math.MaxUint64),
 		// 07-actor.md: schedules/{id} is the deepest legacy actor key.
 		"actor schedule": must(k.Actor(longest)) + "schedules/" + must(Segment(longest)),
 		"actor message":  must(k.Actor(longest)) + "messages/" + Seq(math.MaxUint64),

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -22,11 +23,17 @@ type holdModel struct {
 	holding atomic.Bool
 	entered chan struct{}
 	release chan struct{}
+	once    sync.Once
 }
 
-func newHold() *holdModel {
+// newHold returns a holdModel; ledgerPair releases it when the test ends,
+// before the servers close, so a failing test does not hang.
+func newHold(_ *testing.T) *holdModel {
 	return &holdModel{entered: make(chan struct{}, 16), release: make(chan struct{})}
 }
+
+// open releases the held calls, once.
+func (m *holdModel) open() { m.once.Do(func() { close(m.release) }) }
 
 func (m *holdModel) Name() string { return "hold" }
 
@@ -58,7 +65,11 @@ func ledgerPair(t *testing.T, store *kv.DB, ma, mb model.Model, lo agent.LedgerO
 	lo.FollowInterval = 20 * time.Millisecond
 	lo.JanitorInterval = 50 * time.Millisecond
 	mk := func(m model.Model) *fixture {
-		return newFixture(t, fixtureOpts{agent: agent.Agent{Name: "shared", Model: m, NoWorkspaceTools: true}, store: store, serving: agent.ServingLedger, ledger: lo})
+		f := newFixture(t, fixtureOpts{agent: agent.Agent{Name: "shared", Model: m, NoWorkspaceTools: true}, store: store, serving: agent.ServingLedger, ledger: lo})
+		if h, ok := m.(*holdModel); ok {
+			t.Cleanup(h.open) // runs before the server closes: a failing test does not hang
+		}
+		return f
 	}
 	return mk(ma), mk(mb)
 }
@@ -138,8 +149,8 @@ type queued struct {
 
 func TestLedgerContinue200OnTheHolder202ElsewhereAndOneMessagePerKey(t *testing.T) {
 	store := memkv.New()
-	ma := newHold()
-	a, b := ledgerPair(t, store, ma, newHold(), agent.LedgerOptions{})
+	ma := newHold(t)
+	a, b := ledgerPair(t, store, ma, newHold(t), agent.LedgerOptions{})
 
 	var s started
 	if code, _ := a.keyed("/v1/sessions", `{"message":"one"}`, "", &s); code != http.StatusCreated || s.Turn.Result != "re: one" {
@@ -175,7 +186,7 @@ func TestLedgerContinue200OnTheHolder202ElsewhereAndOneMessagePerKey(t *testing.
 		t.Fatalf("the retry: %d %v", code, hdr)
 	}
 	ma.holding.Store(false)
-	close(ma.release)
+	ma.open()
 	if code := <-done; code != 200 {
 		t.Errorf("continue on A, the holder: %d, want 200", code)
 	}
@@ -216,8 +227,8 @@ func TestLedgerContinue200OnTheHolder202ElsewhereAndOneMessagePerKey(t *testing.
 
 func TestLedgerFullInboxIs429TooLargeIs413Unknown404(t *testing.T) {
 	store := memkv.New()
-	ma := newHold()
-	a, b := ledgerPair(t, store, ma, newHold(), agent.LedgerOptions{MaxPending: 1, MaxEventBytes: 1024, RetryAfter: 3 * time.Second})
+	ma := newHold(t)
+	a, b := ledgerPair(t, store, ma, newHold(t), agent.LedgerOptions{MaxPending: 1, MaxEventBytes: 1024, RetryAfter: 3 * time.Second})
 	var s started
 	if code, _ := a.keyed("/v1/sessions", `{"message":"one"}`, "", &s); code != http.StatusCreated {
 		t.Fatalf("start: %d", code)
@@ -237,7 +248,7 @@ func TestLedgerFullInboxIs429TooLargeIs413Unknown404(t *testing.T) {
 		t.Fatalf("a message past the queue's limit: %d %q Retry-After %q; want 429 inbox_full with Retry-After 3", resp.StatusCode, e.Error.Code, resp.Header.Get("Retry-After"))
 	}
 	ma.holding.Store(false)
-	close(ma.release)
+	ma.open()
 
 	b.wantError("POST", "/v1/sessions/continue", `{"continuationToken":"nope","message":"x"}`, http.StatusNotFound, "unknown_token")
 	b.wantError("GET", "/v1/sessions/nope", "", http.StatusNotFound, "session_not_found")
@@ -251,7 +262,7 @@ func TestLedgerFullInboxIs429TooLargeIs413Unknown404(t *testing.T) {
 
 func TestLedgerStreamOnAHostNotRunningTheTurn(t *testing.T) {
 	store := memkv.New()
-	a, b := ledgerPair(t, store, newHold(), newHold(), agent.LedgerOptions{})
+	a, b := ledgerPair(t, store, newHold(t), newHold(t), agent.LedgerOptions{})
 	var s started
 	if code, _ := a.keyed("/v1/sessions", `{"message":"one"}`, "", &s); code != http.StatusCreated {
 		t.Fatalf("start: %d", code)

@@ -164,7 +164,7 @@ var heavy = []string{
 
 func TestPortablePackagesLinkNoServerDriver(t *testing.T) {
 	root := moduleRoot(t)
-	portable := []string{"agentkit/kv", "agentkit/keys", "agentkit/storage", "agentkit/model", "agentkit/tool", "agentkit/memory", "agentkit/workspace", "agentkit/reminder", "agentkit/actor", "agentkit/agent", "agentkit/server", "agentkit/evals", "agentkit/abtest"}
+	portable := []string{"agentkit/kv", "agentkit/keys", "agentkit/storage", "agentkit/model", "agentkit/tool", "agentkit/memory", "agentkit/workspace", "agentkit/reminder", "agentkit/actor", "agentkit/agent", "agentkit/server", "agentkit/evals", "agentkit/abtest", "agentkit/ledger"}
 	for _, pkg := range portable {
 		cmd := exec.Command("go", "list", "-deps", "-json=ImportPath", pkg)
 		cmd.Dir = root
