@@ -394,11 +394,12 @@ func (r *Runtime) ledgerTurn(ctx context.Context, lt *ledger.Turn) (err error) {
 // transcript and returns the session's row (only the id when no turn is
 // committed yet). It reads the control record, and the turns committed
 // since the local copy's last, from the store. A deleted or unknown
-// session is ErrSessionNotFound (a deleted one is removed here); a store
+// session is ErrSessionNotFound (a deleted one's local copy is removed;
+// an unknown one's, a session of serving mode local, is kept); a store
 // failure ErrStoreUnavailable.
 func (r *Runtime) syncLedger(ctx context.Context, id string) (sessiondb.Meta, bool, error) {
 	m, found, err := r.syncLedgerOnce(ctx, id)
-	if errors.Is(err, ErrSessionNotFound) && found {
+	if errors.Is(err, ledger.ErrDeleted) && found {
 		if rerr := r.removeLocal(context.WithoutCancel(ctx), id); rerr != nil {
 			r.logger(id).Warn("agent: removing the local copy of a deleted session failed", "error", rerr)
 		}
@@ -422,7 +423,10 @@ func (r *Runtime) syncLedgerOnce(ctx context.Context, id string) (sessiondb.Meta
 		p, err := r.led.Transcript(ctx, id, after, ledger.DefaultPageSize)
 		if err != nil {
 			if errors.Is(err, ledger.ErrDeleted) || errors.Is(err, ledger.ErrUnknownSession) {
-				return m, found, fmt.Errorf("%w: %s", ErrSessionNotFound, id)
+				// A local row of a session the ledger never had (one
+				// served in serving mode local before) is kept: only a
+				// tombstone removes the local copy.
+				return m, found, fmt.Errorf("%w: %s: %w", ErrSessionNotFound, id, err)
 			}
 			return m, found, storeErr("reading the session's transcript", err)
 		}
@@ -545,6 +549,15 @@ func (r *Runtime) continueLedger(ctx context.Context, req ContinueRequest) (Turn
 	if err != nil {
 		return TurnResult{}, err
 	}
+	// The session must be in the ledger: a delivery would create it, and a
+	// token of a session served in serving mode local (or of a start whose
+	// first message never landed) names none.
+	if _, err := r.led.Transcript(ctx, id, math.MaxUint64, 1); err != nil {
+		if errors.Is(err, ledger.ErrDeleted) || errors.Is(err, ledger.ErrUnknownSession) {
+			return TurnResult{}, fmt.Errorf("%w: %w", ErrUnknownToken, err)
+		}
+		return TurnResult{}, storeErr("reading the session", err)
+	}
 	eventID, hash := req.IdempotencyKey, ""
 	if eventID == "" {
 		eventID = newID()
@@ -659,9 +672,31 @@ type follower struct {
 	cancel context.CancelFunc
 }
 
-// follow starts the follower of a session if none runs. The caller holds
-// r.mu.
-func (r *Runtime) followLocked(id string) {
+// ledgerHead is where a new follower of the session starts: the
+// session's commit sequence now (the local copy's when the store does not
+// answer within followHeadTimeout); 0 in serving mode local.
+func (r *Runtime) ledgerHead(id string) uint64 {
+	if r.led == nil || r.closed.Load() {
+		return 0
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), followHeadTimeout)
+	defer cancel()
+	if p, err := r.led.Transcript(ctx, id, math.MaxUint64, 1); err == nil {
+		return p.Head
+	}
+	if m, err := r.db.Get(ctx, id); err == nil {
+		return uint64(m.Turns)
+	}
+	return 0
+}
+
+// followHeadTimeout bounds Subscribe's read of a session's commit
+// sequence.
+const followHeadTimeout = 5 * time.Second
+
+// followLocked starts the follower of a session, from the commit sequence
+// after, if none runs. The caller holds r.mu.
+func (r *Runtime) followLocked(id string, after uint64) {
 	if r.led == nil || r.follows[id] != nil {
 		return
 	}
@@ -670,7 +705,7 @@ func (r *Runtime) followLocked(id string) {
 	r.followWG.Add(1)
 	go func() {
 		defer r.followWG.Done()
-		r.followSession(ctx, id)
+		r.followSession(ctx, id, after)
 	}()
 }
 
@@ -685,11 +720,7 @@ func (r *Runtime) unfollowLocked(id string) {
 // followSession publishes the session's turns committed from now on, on
 // whichever host, to this host's subscribers, and keeps the local copy up
 // to date, until ctx ends or the session is deleted.
-func (r *Runtime) followSession(ctx context.Context, id string) {
-	after := uint64(0)
-	if p, err := r.led.Transcript(ctx, id, math.MaxUint64, 1); err == nil {
-		after = p.Head
-	}
+func (r *Runtime) followSession(ctx context.Context, id string, after uint64) {
 	for ctx.Err() == nil {
 		for c, err := range r.led.Follow(ctx, id, after) {
 			if err != nil {

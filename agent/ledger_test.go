@@ -33,7 +33,6 @@ type gateModel struct {
 
 	mu       sync.Mutex
 	requests [][]string // user messages of each request
-	tools    []model.ToolCall
 }
 
 // newGate returns a gateModel; ledgerHost releases it when the test ends,
@@ -548,5 +547,72 @@ func TestLedgerOnPostgreSQL(t *testing.T) {
 		if strings.Join(msgs, "|") != "one|two|three" || ids[1] != "pg-two" {
 			t.Errorf("host %s reads %q %q", name, msgs, ids)
 		}
+	}
+}
+
+// TestLedgerModeDoesNotServeALocalModeSession: a session served in
+// serving mode local is not in the ledger; after the switch its id is 404
+// and its token unknown (a delivery would have created an empty session).
+func TestLedgerModeDoesNotServeALocalModeSession(t *testing.T) {
+	ctx := context.Background()
+	store, root := memkv.New(), t.TempDir()
+	cfg := agent.Config{Agent: agent.Agent{Name: "ledger-agent", Model: newGate(t), NoWorkspaceTools: true}, StateRoot: root, Store: store,
+		Logger: slog.New(slog.DiscardHandler)}
+	local, err := agent.Open(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := start(t, local, "one")
+	if err := local.Close(); err != nil {
+		t.Fatal(err)
+	}
+	cfg.Serving, cfg.Ledger = agent.ServingLedger, agent.LedgerOptions{AllowProcessLocal: true}
+	led := open(t, cfg)
+	if _, err := led.Continue(ctx, agent.ContinueRequest{Token: res.ContinuationToken, Message: "two"}); !errors.Is(err, agent.ErrUnknownToken) {
+		t.Errorf("continue with a local-mode token: %v, want ErrUnknownToken", err)
+	}
+	if _, err := led.GetSession(ctx, res.SessionID); !errors.Is(err, agent.ErrSessionNotFound) {
+		t.Errorf("GetSession of a local-mode session: %v", err)
+	}
+	for s, err := range led.Ledger().Sessions(ctx) {
+		t.Errorf("the ledger holds %+v (%v); want no session", s, err)
+	}
+}
+
+// TestLedgerHolderReadsNoCommittedTurnAgain: the host that ran a session's
+// previous turns builds the next one from its local copy, reading only the
+// control record; a host taking the session over reads each committed turn
+// once.
+func TestLedgerHolderReadsNoCommittedTurnAgain(t *testing.T) {
+	ctx := context.Background()
+	store := memkv.New()
+	var turnReads [2]atomic.Int64
+	host := func(i int) func(*agent.Config) {
+		return func(c *agent.Config) {
+			c.Ledger.Store = store.WithObserver(func(_ context.Context, o kv.Observation) {
+				if o.Op == kv.OpGet && strings.Contains(o.Key, "/turns/") {
+					turnReads[i].Add(1)
+				}
+			})
+		}
+	}
+	a := ledgerHost(t, store, newGate(t), host(0))
+	b := ledgerHost(t, store, newGate(t), host(1))
+	res := start(t, a, "one")
+	for _, msg := range []string{"two", "three"} {
+		waitReleased(t, a, res.SessionID)
+		if r, err := a.Continue(ctx, agent.ContinueRequest{Token: res.ContinuationToken, Message: msg}); err != nil || r.Queued {
+			t.Fatalf("continue on A: %+v %v", r, err)
+		}
+	}
+	if n := turnReads[0].Load(); n != 0 {
+		t.Errorf("A read committed turns %d times while it ran the session; want 0 (its local copy has them)", n)
+	}
+	waitReleased(t, a, res.SessionID)
+	if r, err := b.Continue(ctx, agent.ContinueRequest{Token: res.ContinuationToken, Message: "four"}); err != nil || r.Turn.Result != "re: four" {
+		t.Fatalf("continue on B: %+v %v", r, err)
+	}
+	if n := turnReads[1].Load(); n == 0 || n > 3 {
+		t.Errorf("B read committed turns %d times taking over a session of 3 turns; want each at most once (and some: B had none)", n)
 	}
 }

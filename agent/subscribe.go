@@ -21,6 +21,7 @@ type subscriber struct {
 // session is deleted or the runtime closes.
 func (r *Runtime) Subscribe(sessionID string) (<-chan Event, func()) {
 	s := &subscriber{ch: make(chan Event, subscriberBuffer)}
+	head := r.ledgerHead(sessionID) // read before the lock: a store call
 	r.mu.Lock()
 	if r.closed.Load() {
 		r.mu.Unlock()
@@ -33,7 +34,7 @@ func (r *Runtime) Subscribe(sessionID string) (<-chan Event, func()) {
 		r.subs[sessionID] = set
 	}
 	set[s] = struct{}{}
-	r.followLocked(sessionID)
+	r.followLocked(sessionID, head)
 	r.mu.Unlock()
 	return s.ch, func() {
 		r.mu.Lock()

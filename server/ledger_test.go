@@ -111,6 +111,17 @@ func (f *fixture) keyed(path, body, key string, out any) (int, http.Header) {
 	return resp.StatusCode, resp.Header
 }
 
+// post sends POST path with body from any goroutine (it never calls
+// t.Fatal) and returns the status, 0 when the request failed.
+func post(f *fixture, path, body string) int {
+	resp, err := http.Post(f.url+path, "application/json", strings.NewReader(body))
+	if err != nil {
+		return 0
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
 // turnsByEvent returns how many turn.started events of the session carry
 // the event id, as f reads them.
 func turnsByEvent(t *testing.T, f *fixture, id, eventID string) (n int, answer string) {
@@ -168,8 +179,7 @@ func TestLedgerContinue200OnTheHolder202ElsewhereAndOneMessagePerKey(t *testing.
 	ma.holding.Store(true)
 	done := make(chan int, 1)
 	go func() {
-		code, _ := a.keyed("/v1/sessions/continue", `{"continuationToken":"`+s.ContinuationToken+`","message":"three"}`, "", nil)
-		done <- code
+		done <- post(a, "/v1/sessions/continue", `{"continuationToken":"`+s.ContinuationToken+`","message":"three"}`)
 	}()
 	<-ma.entered
 	body := `{"continuationToken":"` + s.ContinuationToken + `","message":"four"}`
@@ -238,7 +248,7 @@ func TestLedgerFullInboxIs429TooLargeIs413Unknown404(t *testing.T) {
 	b.wantError("POST", "/v1/sessions/continue", big, http.StatusRequestEntityTooLarge, "message_too_large", "maxEventBytes")
 
 	ma.holding.Store(true)
-	go a.keyed("/v1/sessions/continue", `{"continuationToken":"`+s.ContinuationToken+`","message":"two"}`, "", nil)
+	go post(a, "/v1/sessions/continue", `{"continuationToken":"`+s.ContinuationToken+`","message":"two"}`)
 	<-ma.entered
 	resp := b.send("POST", "/v1/sessions/continue", `{"continuationToken":"`+s.ContinuationToken+`","message":"three"}`, nil)
 	var e apiError
