@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"agentkit/keys"
 	"agentkit/internal/testenv/pgtest"
+	"agentkit/keys"
 	"agentkit/kv"
 	_ "agentkit/kv/pgkv"
 )
