@@ -560,8 +560,15 @@ func TestSessionActorTaskRunsItsHandler(t *testing.T) {
 	if st, err := a.State(ctx); err != nil || string(st) != `{"followedUp":true}` {
 		t.Fatalf("state after the task: %s, %v", st, err)
 	}
+	// The handler signals before the scheduler removes the task it ran,
+	// so wait for the removal: the cron task must then be the only one.
 	ref, _ := rt.Actors().Ref(agent.SessionClass, res.SessionID)
-	ts, err := ref.Schedules(ctx)
+	var ts []actor.Task
+	var err error
+	waitFor(t, 30*time.Second, "the run task to leave the schedule", func() bool {
+		ts, err = ref.Schedules(ctx)
+		return err != nil || len(ts) <= 1
+	})
 	if err != nil || len(ts) != 1 || ts[0].ID != ids[0] || ts[0].Kind != actor.KindCron {
 		t.Fatalf("tasks after the run: %+v, %v; want the cron task only", ts, err)
 	}

@@ -3,6 +3,7 @@ package hosted
 import (
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -36,6 +37,23 @@ type metrics struct {
 	reloads   *prometheus.CounterVec
 	forgotten prometheus.Counter
 	backendUp prometheus.Gauge
+
+	// children caches the series of each (op, namespace, status, code),
+	// so a request costs no label hashing: the label values are bounded
+	// (namespaces by the credentials file).
+	children sync.Map // seriesKey → *series
+}
+
+type seriesKey struct {
+	op, ns string
+	status int
+	code   string
+}
+
+type series struct {
+	requests prometheus.Counter
+	seconds  prometheus.Observer
+	errors   prometheus.Counter // nil without an error code
 }
 
 func newMetrics() *metrics {
@@ -80,10 +98,20 @@ func (m *metrics) observe(op, ns string, status int, code string, d time.Duratio
 	if ns == "" {
 		ns = "-"
 	}
-	m.requests.WithLabelValues(op, ns, strconv.Itoa(status)).Inc()
-	m.seconds.WithLabelValues(op, ns).Observe(d.Seconds())
-	if code != "" {
-		m.errors.WithLabelValues(op, ns, code).Inc()
+	k := seriesKey{op, ns, status, code}
+	v, ok := m.children.Load(k)
+	if !ok {
+		s := &series{requests: m.requests.WithLabelValues(op, ns, strconv.Itoa(status)), seconds: m.seconds.WithLabelValues(op, ns)}
+		if code != "" {
+			s.errors = m.errors.WithLabelValues(op, ns, code)
+		}
+		v, _ = m.children.LoadOrStore(k, s)
+	}
+	s := v.(*series)
+	s.requests.Inc()
+	s.seconds.Observe(d.Seconds())
+	if s.errors != nil {
+		s.errors.Inc()
 	}
 }
 

@@ -19,8 +19,9 @@
 //     namespace's column, so no key, prefix or path can reach another
 //     namespace.
 //   - Versions are "epoch.number": the number comes from one counter of the
-//     database (a sequence in PostgreSQL, a counter row in SQLite), so it
-//     changes on every write and never repeats, after a delete included;
+//     database (a sequence in PostgreSQL, a counter row in SQLite; the
+//     key's own counter on the generic backend), so it changes on every
+//     write and never repeats for a key, after a delete included;
 //     the epoch is a random name made with the tables, so a token from
 //     another database or an earlier set of tables never matches.
 //   - Every write carries a request id (the Idempotency-Key header). The
@@ -34,10 +35,12 @@
 //     A/B samples and snapshots, and the memory journal.
 //
 // The backends are PostgreSQL (postgres://…, for production: several
-// services may share one database) and SQLite (sqlite:PATH, one host).
-// Other kv drivers are not backends: the de-duplication record must be
-// written in one transaction with the key and removed safely after the
-// window, which needs more than the kv contract's single-key operations.
+// services may share one database), SQLite (sqlite:PATH, one host), and
+// any other kv store with the CAS group (redis://…, nats://…, file:PATH,
+// s3://…), through the generic backend of kvstore.go: there a key's
+// stored value is an envelope holding its version counter and the request
+// ids of its recent writes, so a write and its request id go in one
+// compare-and-set, and a delete leaves a tombstone keeping the counter.
 package hosted
 
 import (
@@ -95,9 +98,11 @@ const maxNameBytes = kv.MaxKeyLength
 // Options configure a Service. Backend and Credentials are required; zero
 // values of the rest mean their defaults.
 type Options struct {
-	// Backend is the database: postgres://… (production) or sqlite:PATH.
-	// A table=PREFIX query parameter names the tables (default
-	// agentkit_hosted: agentkit_hosted_kv, agentkit_hosted_requests, …).
+	// Backend is the store: postgres://… (production) or sqlite:PATH,
+	// where a table=PREFIX query parameter names the tables (default
+	// agentkit_hosted: agentkit_hosted_kv, agentkit_hosted_requests, …);
+	// or the URL of another kv store with the CAS group, whose driver the
+	// program links (the generic backend).
 	Backend string
 	// Credentials is the credentials file (see AddCredential).
 	Credentials string
@@ -178,11 +183,18 @@ func Open(ctx context.Context, opts Options) (*Service, error) {
 	if err := s.Reload(); err != nil {
 		return nil, err
 	}
-	st, err := openStore(ctx, opts.Backend)
+	st, err := openStore(ctx, opts.Backend, opts.DedupWindow)
 	if err != nil {
 		return nil, err
 	}
 	s.st = st
+	if l, ok := st.(interface{ valueLimit() int64 }); ok && l.valueLimit() > 0 && l.valueLimit() < s.opts.MaxValueBytes {
+		// The backend's store takes less than the service would: say so
+		// in info, so clients refuse larger values before sending them.
+		s.opts.MaxValueBytes = l.valueLimit()
+		s.log.Warn("storaged: the backend store limits values; the service's value limit is lowered to it",
+			slog.Int64("maxValueBytes", s.opts.MaxValueBytes), slog.String("backend", st.kind()))
+	}
 	s.m.backendUp.Set(1)
 	return s, nil
 }
@@ -266,7 +278,8 @@ func (s *Service) Close() {
 	s.st.close()
 }
 
-// Backend returns "postgres" or "sqlite".
+// Backend returns "postgres", "sqlite", or the kv driver's name on the
+// generic backend ("redis", …).
 func (s *Service) Backend() string { return s.st.kind() }
 
 // recorder keeps the status and error code of an answer.
@@ -410,48 +423,84 @@ func (c *call) serve() {
 // operation, or answers 404 or 405 and returns nil.
 func (c *call) route(resource string) func() {
 	m := c.r.Method
-	type opHandler struct {
-		op string
-		fn func()
-	}
-	var table map[string]opHandler
+	var allowed string
 	switch resource {
 	case "info":
-		table = map[string]opHandler{"GET": {"info", c.info}}
-	case "kv":
-		op := "put"
-		if c.r.Header.Get(wire.HeaderIfAbsent) != "" {
-			op = "put_if_absent"
-		} else if c.r.Header.Get(wire.HeaderIfVersion) != "" {
-			op = "put_if_version"
+		allowed = "GET"
+		if m == "GET" {
+			c.op = "info"
+			return c.info
 		}
-		table = map[string]opHandler{"GET": {"get", c.get}, "PUT": {op, c.put}, "DELETE": {"delete", c.delete}}
+	case "kv":
+		allowed = "GET, PUT, DELETE"
+		switch m {
+		case "GET":
+			c.op = "get"
+			return c.get
+		case "PUT":
+			c.op = "put"
+			if c.r.Header.Get(wire.HeaderIfAbsent) != "" {
+				c.op = "put_if_absent"
+			} else if c.r.Header.Get(wire.HeaderIfVersion) != "" {
+				c.op = "put_if_version"
+			}
+			return c.put
+		case "DELETE":
+			c.op = "delete"
+			return c.delete
+		}
 	case "list":
-		table = map[string]opHandler{"GET": {"list", c.list}}
+		allowed = "GET"
+		if m == "GET" {
+			c.op = "list"
+			return c.list
+		}
 	case "evals":
-		table = map[string]opHandler{"GET": {"evals_list", c.listEvals}, "PUT": {"evals_put", c.putEval}, "DELETE": {"evals_delete", c.deleteEval}}
+		allowed = "GET, PUT, DELETE"
+		switch m {
+		case "GET":
+			c.op = "evals_list"
+			return c.listEvals
+		case "PUT":
+			c.op = "evals_put"
+			return c.putEval
+		case "DELETE":
+			c.op = "evals_delete"
+			return c.deleteEval
+		}
 	case "ab-samples":
-		table = map[string]opHandler{"POST": {"ab_sample", c.putSample}}
+		allowed = "POST"
+		if m == "POST" {
+			c.op = "ab_sample"
+			return c.putSample
+		}
 	case "ab-snapshot":
-		table = map[string]opHandler{"GET": {"ab_snapshot_get", c.getSnapshot}, "PUT": {"ab_snapshot_put", c.putSnapshot}}
+		allowed = "GET, PUT"
+		switch m {
+		case "GET":
+			c.op = "ab_snapshot_get"
+			return c.getSnapshot
+		case "PUT":
+			c.op = "ab_snapshot_put"
+			return c.putSnapshot
+		}
 	case "memory":
-		table = map[string]opHandler{"GET": {"memory_list", c.listMemory}, "POST": {"memory_append", c.appendMemory}}
+		allowed = "GET, POST"
+		switch m {
+		case "GET":
+			c.op = "memory_list"
+			return c.listMemory
+		case "POST":
+			c.op = "memory_append"
+			return c.appendMemory
+		}
 	default:
 		c.fail(http.StatusNotFound, wire.CodeNoRoute, 0, "no such path; the resources are info, kv, list, evals, ab-samples, ab-snapshot and memory")
 		return nil
 	}
-	h, ok := table[m]
-	if !ok {
-		var allowed []string
-		for k := range table {
-			allowed = append(allowed, k)
-		}
-		c.w.Header().Set("Allow", strings.Join(allowed, ", "))
-		c.fail(http.StatusMethodNotAllowed, wire.CodeMethod, 0, "%s is not allowed on %s", trim(m), resource)
-		return nil
-	}
-	c.op = h.op
-	return h.fn
+	c.w.Header().Set("Allow", allowed)
+	c.fail(http.StatusMethodNotAllowed, wire.CodeMethod, 0, "%s is not allowed on %s", trim(m), resource)
+	return nil
 }
 
 // authenticate checks the bearer token and that it owns ns.
@@ -490,11 +539,18 @@ func (c *call) fail(status int, code string, limit int64, format string, args ..
 }
 
 // backendFailed answers a backend error: 503 (the client may retry) unless
-// the client went away.
+// the client went away or the backend's store refused a value as too
+// large (413).
 func (c *call) backendFailed(err error) {
 	c.backErr = err
 	if c.r.Context().Err() != nil {
 		c.fail(499, wire.CodeBadRequest, 0, "the client went away")
+		return
+	}
+	if errors.Is(err, kv.ErrTooLarge) {
+		// The generic backend's store has a smaller value limit than the
+		// service's (its envelope adds a few bytes to the value).
+		c.fail(http.StatusRequestEntityTooLarge, wire.CodeTooLarge, 0, "the backend store refused the value as too large; nothing was written")
 		return
 	}
 	c.fail(http.StatusServiceUnavailable, wire.CodeUnavailable, 0, "the backend did not answer; retry (a write with the same Idempotency-Key is applied at most once)")

@@ -11,12 +11,12 @@ import (
 	"time"
 )
 
-// store is a backend of the service: PostgreSQL (pgStore) or SQLite
-// (sqliteStore). Every method is safe for concurrent use. ns is always a
+// store is a backend of the service: PostgreSQL (pgStore), SQLite
+// (sqliteStore) or any kv store with the CAS group (kvStore). Every method is safe for concurrent use. ns is always a
 // valid namespace and every key a valid kv key; the handlers check both
 // before calling.
 type store interface {
-	// kind is "postgres" or "sqlite".
+	// kind is "postgres", "sqlite" or the kv driver's name.
 	kind() string
 	// epoch is the random name of this backend's schema, the first half of
 	// every version token.
@@ -52,6 +52,11 @@ type store interface {
 	appendMemory(ctx context.Context, ns, agent, reqID string, record []byte) (seq int64, replayed bool, err error)
 	listMemory(ctx context.Context, ns, agent string, after int64, limit int) (recs []memoryRow, more bool, err error)
 }
+
+// ErrBackendUnsupported is wrapped in Open's error when the backend URL
+// names no linked driver, another storaged, or a store without the CAS
+// group: a configuration to change, not a failure to retry.
+var ErrBackendUnsupported = errors.New("the backend cannot serve the service")
 
 // errNotFound is a store's answer for a missing key or snapshot.
 var errNotFound = errors.New("not found")
@@ -131,10 +136,17 @@ const (
 const DefaultTablePrefix = "agentkit_hosted"
 
 // openStore opens the backend a URL names: postgres:// or postgresql://
-// (a libpq URL; table=PREFIX names the tables), or sqlite:PATH.
-func openStore(ctx context.Context, rawURL string) (store, error) {
+// (a libpq URL; table=PREFIX names the tables), sqlite:PATH, or the URL of
+// any other kv driver the program links, with the whole CAS group (the
+// generic backend, kvstore.go). kv+URL opens a postgres or sqlite URL
+// through the generic backend too, for tests. window is the
+// de-duplication window, which the generic backend needs to keep ids.
+func openStore(ctx context.Context, rawURL string, window time.Duration) (store, error) {
 	if rawURL == "" {
-		return nil, errors.New("hosted: no backend given; use a postgres://… URL (production) or sqlite:PATH")
+		return nil, errors.New("hosted: no backend given; use a postgres://… URL (production), sqlite:PATH, or the URL of another kv store with the CAS group (redis://…, nats://…, file:PATH, s3://…)")
+	}
+	if rest, ok := strings.CutPrefix(rawURL, "kv+"); ok {
+		return openKVStore(ctx, rest, window)
 	}
 	scheme, _, _ := strings.Cut(rawURL, ":")
 	switch strings.ToLower(scheme) {
@@ -142,9 +154,10 @@ func openStore(ctx context.Context, rawURL string) (store, error) {
 		return openPostgres(ctx, rawURL)
 	case "sqlite":
 		return openSQLite(ctx, rawURL)
+	case "agentkit+http", "agentkit+https":
+		return nil, fmt.Errorf("hosted: %w: it cannot be another storaged (agentkit+http(s)://); give the database that one uses", ErrBackendUnsupported)
 	}
-	return nil, fmt.Errorf("hosted: the backend %q is not supported; use a postgres://… URL (production) or sqlite:PATH (one host). "+
-		"The service keeps each write's request id in the same transaction as the write, which needs a SQL backend", scheme+":…")
+	return openKVStore(ctx, rawURL, window)
 }
 
 // checkPrefix checks a table prefix.

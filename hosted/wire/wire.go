@@ -94,7 +94,8 @@ type ErrorDetail struct {
 type Info struct {
 	Protocol  int    `json:"protocol"`
 	Namespace string `json:"namespace"`
-	// Backend is "postgres" or "sqlite".
+	// Backend is "postgres", "sqlite", or the kv driver's name ("redis", …) on
+	// a service over another kv store.
 	Backend string `json:"backend"`
 	Limits  Limits `json:"limits"`
 }

@@ -49,7 +49,7 @@ table or bucket). Without --storage, the embedded default store of
 --state-root is used.`
 
 // storageHelp is the --storage flag's help, and the schemes CLI errors name.
-const storageHelp = "store URL: mem://, file:PATH, sqlite:PATH, postgres://…, redis://…, nats://…, s3://…"
+const storageHelp = "store URL: mem://, file:PATH, sqlite:PATH, postgres://…, redis://…, nats://…, s3://…, agentkit+http(s)://TOKEN@HOST/NAMESPACE"
 
 type kvFlags struct {
 	storage   string

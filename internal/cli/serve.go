@@ -56,7 +56,7 @@ func runServe(e *env, args []string, dev bool) error {
 	fs.StringVar(&f.dir, "dir", ".", "the project folder, holding agentkit.yaml")
 	fs.StringVar(&f.stateRoot, "state-root", "", "the folder where this host keeps its state (default DIR/.agentkit; kept)")
 	fs.StringVar(&f.addr, "addr", server.DefaultAddr, "HOST:PORT to listen on; port 0 picks a free port")
-	fs.StringVar(&f.storage, "storage", "", "store URL, overriding storage: in agentkit.yaml (empty: the embedded SQLite store under the state root)")
+	fs.StringVar(&f.storage, "storage", "", "store URL, overriding storage: in agentkit.yaml: file:PATH, sqlite:PATH, postgres://…, redis://…, nats://…, s3://…, agentkit+http(s)://TOKEN@HOST/NAMESPACE (empty: the embedded SQLite store under the state root)")
 	fs.StringVar(&f.serving, "serving", "", "serving mode, overriding serving: in agentkit.yaml: local or ledger")
 	fs.StringVar(&f.authToken, "auth-token", "", fmt.Sprintf("bearer token every /v1/ route requires (empty: no auth; off loopback a token of at least %d bytes is required, unless --insecure)", server.MinAuthTokenLen))
 	if !dev {

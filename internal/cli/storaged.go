@@ -31,8 +31,9 @@ const storagedUsage = `storaged --backend URL --credentials FILE [--addr HOST:PO
        storaged credentials ls --credentials FILE
 
 Runs the hosted storage service: the kv contract over HTTP for many
-deployments, each in its own namespace, in front of one database
-(--backend postgres://… in production, or sqlite:PATH on one host). Engines
+deployments, each in its own namespace, in front of one store
+(--backend postgres://… in production, sqlite:PATH on one host, or any kv
+store with compare-and-set: redis://…, nats://…, file:PATH, s3://…). Engines
 reach it with --storage agentkit+http://TOKEN@HOST:PORT/NAMESPACE (or
 agentkit+https://). The first line on standard output is "listening on
 http://HOST:PORT"; logs go to standard error. SIGHUP reloads the
@@ -55,7 +56,7 @@ func runStoraged(e *env, args []string) error {
 		window, shutdown                                                     time.Duration
 	)
 	fs := newFlags(e, "storaged", storagedUsage)
-	fs.StringVar(&backend, "backend", "", "the database: postgres://… (table=PREFIX names the tables, default "+hosted.DefaultTablePrefix+") or sqlite:PATH")
+	fs.StringVar(&backend, "backend", "", "the store: postgres://… (table=PREFIX names the tables, default "+hosted.DefaultTablePrefix+"), sqlite:PATH, or a kv store URL with the CAS group (redis://…, nats://…, file:PATH, s3://…)")
 	fs.StringVar(&creds, "credentials", "", "the credentials file (made by storaged credentials add)")
 	fs.StringVar(&credsKey, "credentials-key", "", "the server key file (default: the credentials file with .key added)")
 	fs.StringVar(&addr, "addr", DefaultStoragedAddr, "HOST:PORT to listen on; port 0 picks a free port")
@@ -77,7 +78,7 @@ func runStoraged(e *env, args []string) error {
 	}
 	switch {
 	case backend == "":
-		return usagef("storaged: --backend is required: a postgres://… URL or sqlite:PATH")
+		return usagef("storaged: --backend is required: a postgres://… URL, sqlite:PATH, or a kv store URL such as redis://…")
 	case creds == "":
 		return usagef("storaged: --credentials is required; make the file with agentkit storaged credentials add NAMESPACE --credentials FILE")
 	case (tlsCert == "") != (tlsKey == ""):
@@ -111,7 +112,7 @@ func runStoraged(e *env, args []string) error {
 	})
 	cancel()
 	if err != nil {
-		if strings.Contains(err.Error(), "not supported") || strings.Contains(err.Error(), "does not exist") {
+		if errors.Is(err, hosted.ErrBackendUnsupported) || strings.Contains(err.Error(), "not supported") || strings.Contains(err.Error(), "does not exist") {
 			return usagef("storaged: %s", strings.TrimPrefix(err.Error(), "hosted: "))
 		}
 		return err

@@ -46,7 +46,8 @@ func TestStoragedCredentialsCommands(t *testing.T) {
 		{[]string{"storaged", "credentials", "add", "Not_Valid", "--credentials", creds}, "lower-case"},
 		{[]string{"storaged", "credentials", "add", "x"}, "--credentials"},
 		{[]string{"storaged", "--credentials", creds}, "--backend"},
-		{[]string{"storaged", "--backend", "redis://127.0.0.1:6379", "--credentials", creds}, "postgres"},
+		{[]string{"storaged", "--backend", "nosuch://127.0.0.1:6379", "--credentials", creds}, "nosuch"},
+		{[]string{"storaged", "--backend", "agentkit+http://127.0.0.1:1/x", "--credentials", creds}, "another storaged"},
 		{[]string{"storaged", "--backend", "sqlite:" + filepath.Join(dir, "x.db"), "--credentials", filepath.Join(dir, "none.json")}, "credentials add"},
 	} {
 		if r := run(t, dir, nil, "", c.args...); r.code != 2 || !strings.Contains(r.stderr, c.want) {

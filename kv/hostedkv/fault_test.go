@@ -89,8 +89,19 @@ func (p *lossyProxy) serve(client net.Conn) {
 	server.Close()
 }
 
+// faultBackends are the backends the fault tests run on: PostgreSQL (a
+// SQL backend) and Redis (the generic backend).
+func faultBackends(t *testing.T, fn func(t *testing.T, backend string)) {
+	t.Run("postgres", func(t *testing.T) { fn(t, pgBackend(t, true)) })
+	t.Run("redis", func(t *testing.T) { fn(t, redisBackend(t)) })
+}
+
 func TestLostAnswerIsReplayedNotConflict(t *testing.T) {
-	svc := startService(t, pgBackend(t, true))
+	faultBackends(t, testLostAnswerIsReplayedNotConflict)
+}
+
+func testLostAnswerIsReplayedNotConflict(t *testing.T, backend string) {
+	svc := startService(t, backend)
 	ns, token := svc.namespace(t)
 	proxy := newLossyProxy(t, svc.addr)
 	db, err := hostedkv.Open(t.Context(), proxy.url(), ns, &hostedkv.Options{Token: token})
@@ -128,7 +139,11 @@ func TestLostAnswerIsReplayedNotConflict(t *testing.T) {
 }
 
 func TestUnknownOutcomeIsNeverAConflict(t *testing.T) {
-	svc := startService(t, pgBackend(t, true))
+	faultBackends(t, testUnknownOutcomeIsNeverAConflict)
+}
+
+func testUnknownOutcomeIsNeverAConflict(t *testing.T, backend string) {
+	svc := startService(t, backend)
 	ns, token := svc.namespace(t)
 	direct := svc.open(t, ns, token, nil)
 	defer direct.Close()
@@ -179,7 +194,11 @@ func TestUnknownOutcomeIsNeverAConflict(t *testing.T) {
 // hold each tag at most once (no write applied twice), every acknowledged
 // tag, and only tags a client tried.
 func TestKilledAndRestartedWhileWriting(t *testing.T) {
-	svc := startService(t, pgBackend(t, true))
+	faultBackends(t, testKilledAndRestartedWhileWriting)
+}
+
+func testKilledAndRestartedWhileWriting(t *testing.T, backend string) {
+	svc := startService(t, backend)
 	ns, token := svc.namespace(t)
 	const writers = 4
 	var (

@@ -283,6 +283,10 @@ func (s *Store) Namespace() string { return s.ns }
 // Info returns what the service said about itself when the store opened.
 func (s *Store) Info() wire.Info { return s.info }
 
+// MaxValueSize is the largest value the service takes (its info's
+// limit); a larger one fails with kv.ErrTooLarge before it is sent.
+func (s *Store) MaxValueSize() int { return int(s.info.Limits.MaxValueBytes) }
+
 // Close releases the store's idle connections.
 func (s *Store) Close() error {
 	if s.ownHC {

@@ -4,11 +4,14 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -16,13 +19,18 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"agentkit/hosted"
 	"agentkit/internal/cli"
 	"agentkit/internal/testenv"
+	"agentkit/internal/testenv/redistest"
 	"agentkit/kv"
 	"agentkit/kv/hostedkv"
 	"agentkit/kv/internal/proctest"
+	_ "agentkit/kv/memkv"  // mem:// backends of the generic storaged
+	_ "agentkit/kv/natskv" // nats:// backends of the generic storaged
 )
 
 // The tests run storaged as a separate process: the test binary starts
@@ -36,6 +44,24 @@ func TestMain(m *testing.M) {
 }
 
 func runStoragedChild() error {
+	if path := os.Getenv("HOSTEDKV_TEST_CPUPROFILE"); path != "" {
+		// For profiling the service under a benchmark: the first
+		// HOSTEDKV_TEST_CPUPROFILE_SECONDS (default 20) of the process.
+		f, err := os.Create(path)
+		if err != nil {
+			return err
+		}
+		pprof.StartCPUProfile(f)
+		secs, _ := strconv.Atoi(os.Getenv("HOSTEDKV_TEST_CPUPROFILE_SECONDS"))
+		go func() {
+			time.Sleep(time.Duration(max(secs, 1)) * time.Second)
+			if secs == 0 {
+				time.Sleep(19 * time.Second)
+			}
+			pprof.StopCPUProfile()
+			f.Close()
+		}()
+	}
 	args := strings.Split(os.Getenv(argsEnv), "\x1f")
 	if code := cli.Main(append([]string{"storaged"}, args...), os.Stdin, os.Stdout, os.Stderr); code != 0 {
 		return fmt.Errorf("agentkit storaged exited with status %d", code)
@@ -112,6 +138,42 @@ func dropTables(t testing.TB, base, prefix string) {
 			t.Errorf("%s: %v", s, err)
 		}
 	}
+}
+
+// redisBackend returns a Redis backend URL with a fresh key prefix, whose
+// keys are removed when the test ends, or skips (fails in CI).
+func redisBackend(t testing.TB) string { return redistest.URL(t, "hkt-") }
+
+const defaultNATS = "nats://127.0.0.1:4222"
+
+// natsBackend returns a NATS backend URL with a fresh in-memory bucket,
+// deleted when the test ends, or skips (fails in CI).
+func natsBackend(t testing.TB) string {
+	t.Helper()
+	raw := testenv.Getenv("AGENTKIT_TEST_NATS", defaultNATS)
+	nc, err := nats.Connect(raw, nats.Timeout(5*time.Second))
+	if err != nil {
+		testenv.Unavailable(t, "NATS JetStream", "Start nats-server -js and set AGENTKIT_TEST_NATS to its URL (default "+defaultNATS+").", err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		t.Fatal(err)
+	}
+	bucket := "hkt" + randomHex(5)
+	t.Cleanup(func() {
+		defer nc.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := js.DeleteKeyValue(ctx, bucket); err != nil && !errors.Is(err, jetstream.ErrBucketNotFound) {
+			t.Errorf("delete bucket %s: %v", bucket, err)
+		}
+	})
+	u, err := url.Parse(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return "nats://" + u.Host + "/?bucket=" + bucket + "&storage=memory&replicas=1"
 }
 
 // service is a storaged process started by a test.

@@ -68,6 +68,24 @@ func backendCases() []backendCase {
 			}
 			return n
 		}},
+		{"redis", func(t *testing.T) string { return redisBackend(t) }, func(t *testing.T, backend, suffix, ns string) int {
+			// The generic backend's layout (hosted/kvstore.go): eval runs
+			// under hosted/ev/{ns}/, samples under hosted/as/{ns}/.
+			prefix := map[string]string{"eval_runs": "hosted/ev/", "ab_samples": "hosted/as/"}[suffix] + ns + "/"
+			db, err := kv.Open(t.Context(), backend)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer db.Close()
+			n := 0
+			for _, err := range db.ListKeys(t.Context(), prefix) {
+				if err != nil {
+					t.Fatal(err)
+				}
+				n++
+			}
+			return n
+		}},
 	}
 }
 
@@ -175,7 +193,14 @@ func TestNativeTables(t *testing.T) {
 }
 
 func TestMemoryKeptAcrossHosts(t *testing.T) {
-	svc := startService(t, "sqlite:"+filepath.Join(t.TempDir(), "hosted.db")+"?synchronous=normal", "--max-page", "3")
+	t.Run("sqlite", func(t *testing.T) {
+		testMemoryKeptAcrossHosts(t, "sqlite:"+filepath.Join(t.TempDir(), "hosted.db")+"?synchronous=normal")
+	})
+	t.Run("redis", func(t *testing.T) { testMemoryKeptAcrossHosts(t, redisBackend(t)) })
+}
+
+func testMemoryKeptAcrossHosts(t *testing.T, backend string) {
+	svc := startService(t, backend, "--max-page", "3")
 	ns, token := svc.namespace(t)
 	ctx := t.Context()
 	// Host A runs turns with the hosted memory backend.
