@@ -69,6 +69,10 @@ type LedgerOptions struct {
 	// AllowProcessLocal accepts a coordination store that lives in this
 	// process (the memory driver), for tests.
 	AllowProcessLocal bool
+	// OnDeliver, when set, sees every delivery's answer, duration and
+	// error (ledger.Options.OnDeliver); server.Serve sets it to its
+	// metrics' ack latency histogram.
+	OnDeliver func(d ledger.Delivery, took time.Duration, err error)
 }
 
 // Ledger returns the session ledger in serving mode ledger, nil in serving
@@ -192,6 +196,7 @@ func (r *Runtime) openLedger() error {
 		MaxEventBytes: o.MaxEventBytes, DedupWindow: o.DedupWindow, RetryAfter: o.RetryAfter,
 		JanitorInterval: o.JanitorInterval, FollowInterval: o.FollowInterval,
 		AllowProcessLocal: o.AllowProcessLocal, Logger: r.log,
+		OnDeliver: o.OnDeliver,
 	})
 	if err != nil {
 		return fmt.Errorf("agent: serving mode ledger: %w", err)

@@ -72,7 +72,19 @@ type Delivery struct {
 // acknowledged), and an event id or payload over its limit (ErrTooLarge).
 // Any other error leaves the outcome unknown to the caller, who retries
 // with the same event id: a delivery that did land is then a duplicate.
+//
+// Options.OnDeliver, when set, sees every call's answer and duration.
 func (l *Ledger) Deliver(ctx context.Context, sessionID string, ev Event) (Delivery, error) {
+	if l.opts.OnDeliver == nil {
+		return l.deliver(ctx, sessionID, ev)
+	}
+	start := time.Now()
+	d, err := l.deliver(ctx, sessionID, ev)
+	l.opts.OnDeliver(d, time.Since(start), err)
+	return d, err
+}
+
+func (l *Ledger) deliver(ctx context.Context, sessionID string, ev Event) (Delivery, error) {
 	if err := l.checkEvent(sessionID, ev); err != nil {
 		return Delivery{}, err
 	}

@@ -127,6 +127,12 @@ type Options struct {
 	// Logger receives store errors and takeovers; nil means
 	// slog.Default().
 	Logger *slog.Logger
+	// OnDeliver, when set, is called as every Deliver call returns, with
+	// its answer, how long the call took and its error: the ack latency
+	// when err is nil (a duplicate included), a refusal or a failure
+	// otherwise. It runs on the caller's goroutine and must be quick; a
+	// server feeds it to a latency histogram.
+	OnDeliver func(d Delivery, took time.Duration, err error)
 
 	// test holds test-only fault switches and hooks.
 	test testHooks

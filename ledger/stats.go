@@ -1,6 +1,9 @@
 package ledger
 
-import "sync/atomic"
+import (
+	"sync/atomic"
+	"time"
+)
 
 // counters are the Ledger's running totals.
 type counters struct {
@@ -51,4 +54,31 @@ func (l *Ledger) Stats() Stats {
 		s.mu.Unlock()
 	}
 	return st
+}
+
+// Settings are the lease and inbox settings a Ledger runs with, defaults
+// filled in, for an operator to read (GET /v1/info).
+type Settings struct {
+	HostID          string
+	Lease, Margin   time.Duration
+	DriftAllowance  float64
+	MaxAttempts     int
+	MaxPending      int
+	MaxPendingBytes int64
+	MaxEventBytes   int
+	DedupWindow     int
+	RetryAfter      time.Duration
+	JanitorInterval time.Duration
+	Passive         bool
+}
+
+// Settings returns the settings in force.
+func (l *Ledger) Settings() Settings {
+	o := l.opts
+	return Settings{
+		HostID: o.HostID, Lease: o.Lease, Margin: o.Margin, DriftAllowance: o.DriftAllowance,
+		MaxAttempts: o.MaxAttempts, MaxPending: o.MaxPending, MaxPendingBytes: o.MaxPendingBytes,
+		MaxEventBytes: o.MaxEventBytes, DedupWindow: o.DedupWindow, RetryAfter: o.RetryAfter,
+		JanitorInterval: o.JanitorInterval, Passive: o.Passive,
+	}
 }

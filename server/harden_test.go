@@ -482,3 +482,21 @@ func TestNoHostPathsReachClients(t *testing.T) {
 		t.Errorf("the first turn's note %q does not name memory/journal.jsonl", note)
 	}
 }
+
+// TestDeadLetterRoutesNeedServingModeLedger checks that in serving mode
+// local the dead-letter routes answer 404 not_ledger_mode saying why.
+func TestDeadLetterRoutesNeedServingModeLedger(t *testing.T) {
+	f := newFixture(t, fixtureOpts{})
+	for _, c := range []struct{ method, path string }{
+		{"GET", "/v1/deadletters"},
+		{"POST", "/v1/deadletters/s/e/replay"},
+		{"DELETE", "/v1/deadletters/s/e"},
+	} {
+		f.wantError(c.method, c.path, "", 404, server.CodeNotLedger, "serving mode ledger", "mode local")
+	}
+	var info map[string]any
+	f.do("GET", "/v1/info", "", &info)
+	if _, ok := info["ledger"]; ok || info["serving"] != "local" {
+		t.Errorf("/v1/info in serving mode local: %v; want serving local and no ledger object", info)
+	}
+}

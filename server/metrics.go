@@ -32,6 +32,21 @@ import (
 //	event_streams_open                          live event streams (GET .../events as text/event-stream)
 //	build_info{version}                         1, labelled with the version
 //
+// In serving mode ledger, from the ledger's Stats (ledger_*_total count
+// since the server started; docs/ledger.md#metrics):
+//
+//	ledger_leases_held                          sessions this host holds now
+//	ledger_inbox_depth                          messages pending in them
+//	ledger_deliveries_total                     messages acknowledged
+//	ledger_duplicate_deliveries_total           retries of known message ids
+//	ledger_leases_acquired_total                leases taken by a delivery
+//	ledger_takeovers_total                      sessions taken over by the janitor
+//	ledger_commits_total                        turns committed
+//	ledger_fenced_commits_total                 commits refused: the lease had moved on
+//	ledger_self_fenced_turns_total              turns stopped: lease renewal overdue
+//	ledger_dead_letters_total                   messages dead-lettered
+//	ledger_ack_duration_seconds                 histogram of acknowledgement latency
+//
 // plus the Go runtime's and the process's standard collectors (go_*,
 // process_*).
 type Metrics struct {
@@ -47,6 +62,7 @@ type Metrics struct {
 	httpSeconds   *prometheus.HistogramVec
 	streams       prometheus.Gauge
 	buildInfo     *prometheus.GaugeVec
+	ackSeconds    prometheus.Histogram // registered in serving mode ledger
 }
 
 var _ agent.Observer = (*Metrics)(nil)
@@ -98,6 +114,7 @@ func NewMetrics() *Metrics {
 		buildInfo: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "agentkit_build_info", Help: "Always 1; the version label names the running agentkit.",
 		}, []string{"version"}),
+		ackSeconds: newAckHistogram(),
 	}
 	m.reg.MustRegister(m.turns, m.turnSeconds, m.mirrorDropped, m.mirrorBacklog, m.mirrorForks, m.storeSeconds, m.storeOps,
 		m.httpRequests, m.httpSeconds, m.streams, m.buildInfo,

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"agentkit/agent"
+	"agentkit/ledger"
 )
 
 // DefaultAddr is the address Serve listens on when Config.Addr is empty:
@@ -70,8 +71,9 @@ type Config struct {
 
 // Serve runs an agent's HTTP API until ctx ends. It checks the address
 // (CheckAddr) before anything else, binds it, opens the runtime with rc
-// (adding the metrics set to rc.Observer and defaulting rc.Logger to the
-// Options' logger), and serves. When ctx ends it stops accepting
+// (adding the metrics set to rc.Observer and, in serving mode ledger, to
+// rc.Ledger.OnDeliver, and defaulting rc.Logger to the Options' logger),
+// and serves. When ctx ends it stops accepting
 // connections, ends live event streams, waits up to ShutdownTimeout for
 // running requests, so turns in flight finish and are recorded, then
 // closes the runtime. Turns still running then are canceled: each records
@@ -106,6 +108,14 @@ func Serve(ctx context.Context, rc agent.Config, c Config) error {
 	}
 	if rc.Logger == nil {
 		rc.Logger = c.Logger
+	}
+	if prev := rc.Ledger.OnDeliver; prev != nil {
+		rc.Ledger.OnDeliver = func(d ledger.Delivery, took time.Duration, err error) {
+			prev(d, took, err)
+			c.Metrics.LedgerDelivered(d, took, err)
+		}
+	} else {
+		rc.Ledger.OnDeliver = c.Metrics.LedgerDelivered
 	}
 
 	ln, err := net.Listen("tcp", c.Addr)

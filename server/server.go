@@ -140,6 +140,9 @@ func New(rt *agent.Runtime, opts Options) (*Server, error) {
 		s.metrics = NewMetrics()
 	}
 	s.metrics.setBuildInfo(opts.Version)
+	if l := rt.Ledger(); l != nil {
+		s.metrics.registerLedger(l)
+	}
 	if opts.AuthToken != "" {
 		h := sha256.Sum256([]byte(opts.AuthToken))
 		s.tokenHash = h[:]
@@ -167,6 +170,7 @@ func (s *Server) routes() {
 	s.mux.HandleFunc("GET /v1/evals", s.listEvals)
 	s.mux.HandleFunc("GET /v1/evals/{runId}", s.getEval)
 	s.mux.HandleFunc("GET /v1/abs", s.abs)
+	s.deadLetterRoutes()
 	s.mux.HandleFunc("GET /v1/info", s.info)
 	s.mux.HandleFunc("GET /healthz", s.healthz)
 	s.mux.Handle("GET /metrics", s.metrics.Handler())
@@ -323,14 +327,41 @@ func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 }
 
-// infoResponse is GET /v1/info: the runtime's Info and the version.
+// infoResponse is GET /v1/info: the runtime's Info and the version, and
+// in serving mode ledger the ledger's settings.
 type infoResponse struct {
 	agent.Info
-	Version string `json:"version"`
+	Version string      `json:"version"`
+	Ledger  *ledgerInfo `json:"ledger,omitempty"`
+}
+
+// ledgerInfo is the "ledger" object of GET /v1/info: the lease and inbox
+// settings in force (ledger.Settings), durations in milliseconds.
+type ledgerInfo struct {
+	LeaseMs           int64   `json:"leaseMs"`
+	MarginMs          int64   `json:"marginMs"`
+	DriftAllowance    float64 `json:"driftAllowance"`
+	JanitorIntervalMs int64   `json:"janitorIntervalMs"`
+	MaxAttempts       int     `json:"maxAttempts"`
+	MaxPending        int     `json:"maxPending"`
+	MaxPendingBytes   int64   `json:"maxPendingBytes"`
+	MaxEventBytes     int     `json:"maxEventBytes"`
+	DedupWindow       int     `json:"dedupWindow"`
+	RetryAfterMs      int64   `json:"retryAfterMs"`
 }
 
 func (s *Server) info(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, infoResponse{Info: s.rt.Info(), Version: s.opts.Version})
+	resp := infoResponse{Info: s.rt.Info(), Version: s.opts.Version}
+	if l := s.rt.Ledger(); l != nil {
+		st := l.Settings()
+		resp.Ledger = &ledgerInfo{
+			LeaseMs: st.Lease.Milliseconds(), MarginMs: st.Margin.Milliseconds(), DriftAllowance: st.DriftAllowance,
+			JanitorIntervalMs: st.JanitorInterval.Milliseconds(), MaxAttempts: st.MaxAttempts, MaxPending: st.MaxPending,
+			MaxPendingBytes: st.MaxPendingBytes, MaxEventBytes: st.MaxEventBytes, DedupWindow: st.DedupWindow,
+			RetryAfterMs: st.RetryAfter.Milliseconds(),
+		}
+	}
+	writeJSON(w, http.StatusOK, resp)
 }
 
 type requestIDKey struct{}

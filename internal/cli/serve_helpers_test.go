@@ -60,6 +60,17 @@ func (s *syncBuffer) String() string {
 // "listening on http://HOST:PORT" line.
 func startServing(t *testing.T, bin, dir string, env []string, args ...string) *proc {
 	t.Helper()
+	p, err := launch(t, bin, dir, env, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// launch starts bin like startServing, and returns an error when the
+// process exits before listening or does not listen within 90s.
+func launch(t *testing.T, bin, dir string, env []string, args ...string) (*proc, error) {
+	t.Helper()
 	cmd := exec.Command(bin, args...)
 	cmd.Dir = dir
 	cmd.Env = append(cleanEnv(), env...)
@@ -103,7 +114,7 @@ func startServing(t *testing.T, bin, dir string, env []string, args ...string) *
 		case line, ok := <-lines:
 			if !ok {
 				<-p.exited
-				t.Fatalf("%s %v exited with %d before listening; stderr:\n%s", filepath.Base(bin), args, p.code, p.stderr.String())
+				return nil, fmt.Errorf("%s %v exited with %d before listening; stderr:\n%s", filepath.Base(bin), args, p.code, p.stderr.String())
 			}
 			if u, found := strings.CutPrefix(line, "listening on "); found {
 				p.url = u
@@ -111,10 +122,10 @@ func startServing(t *testing.T, bin, dir string, env []string, args ...string) *
 					for range lines {
 					}
 				}()
-				return p
+				return p, nil
 			}
 		case <-timeout:
-			t.Fatalf("%s %v did not print its address within 90s; stderr:\n%s", filepath.Base(bin), args, p.stderr.String())
+			return nil, fmt.Errorf("%s %v did not print its address within 90s; stderr:\n%s", filepath.Base(bin), args, p.stderr.String())
 		}
 	}
 }
