@@ -115,15 +115,23 @@ func RunCrash(t *testing.T, c Crash) {
 	total, killedWriting := 0, 0
 	for cycle := 1; cycle <= c.Cycles; cycle++ {
 		child := Start(t, c.Role, append([]string{CycleEnv + "=" + strconv.Itoa(cycle)}, c.Env...)...)
+		var firstAck string
 		if rng.IntN(5) == 0 {
 			// Sometimes kill at once, while the child may be opening.
 			time.Sleep(time.Duration(rng.IntN(20)) * time.Millisecond)
 		} else {
+			// Otherwise kill while it writes: after its first
+			// acknowledged write (however slow a loaded machine makes
+			// it), at a random moment of the writes that follow.
 			child.Expect("ready", 30*time.Second)
-			time.Sleep(time.Duration(10+rng.IntN(100)) * time.Millisecond)
+			firstAck = child.Expect("ack ", 30*time.Second)
+			time.Sleep(time.Duration(rng.IntN(100)) * time.Millisecond)
 		}
 		child.Kill()
 		lines, _ := child.Wait()
+		if firstAck != "" {
+			lines = append([]string{firstAck}, lines...)
+		}
 		maxSeq := -1
 		for _, l := range lines {
 			f := strings.Fields(l)
