@@ -158,17 +158,27 @@ func BenchmarkHostedVsPostgres(b *testing.B) {
 // Each side uses its default connection pool: pgx's (4 on this machine)
 // for the direct driver, storaged's (DefaultPoolSize) for the service.
 // HOSTEDKV_BENCH_DIRECT_POOL=16 gives the direct side as many.
+//
+// A third side is the floor of any service hop (relay_test.go): the
+// thinnest HTTP server over the PostgreSQL driver, in a process of its
+// own with storaged's pool. relay/direct is what the hop alone costs on
+// this machine; hosted/relay is what storaged costs beyond it.
 func BenchmarkHostedVsPostgresThroughput(b *testing.B) {
-	sides, value := benchSides(b)
+	dbs, value := benchSides(b)
+	fill := make([]string, 1000)
+	for i := range fill {
+		fill[i] = kvtest.BenchKey(i)
+	}
+	sides := []ops{dbOps(dbs[0]), dbOps(dbs[1]), relayOps(b, value, fill)}
 	ctx := b.Context()
 	const clients, window = 64, 300 * time.Millisecond
-	var counts [2]int64
-	var elapsed [2]time.Duration
+	var counts [3]int64
+	var elapsed [3]time.Duration
 	round := 0
 	for b.Loop() {
 		round++
-		for k := range 2 {
-			side := (round + k) % 2 // alternate which side goes first
+		for k := range sides {
+			side := (round + k) % len(sides) // rotate which side goes first
 			n, d := burst(ctx, sides[side], clients, window, value)
 			counts[side] += n
 			elapsed[side] += d
@@ -176,14 +186,19 @@ func BenchmarkHostedVsPostgresThroughput(b *testing.B) {
 	}
 	rd := float64(counts[0]) / elapsed[0].Seconds()
 	rh := float64(counts[1]) / elapsed[1].Seconds()
+	rr := float64(counts[2]) / elapsed[2].Seconds()
 	b.ReportMetric(rd, "direct-ops/s")
 	b.ReportMetric(rh, "hosted-ops/s")
+	b.ReportMetric(rr, "relay-ops/s")
 	b.ReportMetric(rh/rd, "hosted/direct")
+	b.ReportMetric(rr/rd, "relay/direct")
+	b.ReportMetric(rh/rr, "hosted/relay")
 }
 
-// burst runs clients goroutines doing Get and Put (half each) on db for
-// the window and returns how many operations finished and how long it took.
-func burst(ctx context.Context, db *kv.DB, clients int, window time.Duration, value []byte) (int64, time.Duration) {
+// burst runs clients goroutines doing Get and Put (half each) on a side
+// for the window and returns how many operations finished and how long it
+// took.
+func burst(ctx context.Context, side ops, clients int, window time.Duration, value []byte) (int64, time.Duration) {
 	var n atomic.Int64
 	var wg sync.WaitGroup
 	stop := time.Now().Add(window)
@@ -196,9 +211,9 @@ func burst(ctx context.Context, db *kv.DB, clients int, window time.Duration, va
 				key := kvtest.BenchKey((c*131 + i) % 1000)
 				var err error
 				if i%2 == 0 {
-					_, err = db.Get(ctx, key)
+					err = side.get(ctx, key)
 				} else {
-					err = db.Put(ctx, key, value)
+					err = side.put(ctx, key, value)
 				}
 				if err != nil {
 					panic(err)

@@ -40,7 +40,7 @@ import (
 const argsEnv = "HOSTEDKV_TEST_STORAGED_ARGS"
 
 func TestMain(m *testing.M) {
-	proctest.Main(m, map[string]func() error{"storaged": runStoragedChild})
+	proctest.Main(m, map[string]func() error{"storaged": runStoragedChild, "relay": runRelayChild})
 }
 
 func runStoragedChild() error {
