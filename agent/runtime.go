@@ -288,19 +288,20 @@ func (r *Runtime) buildTools() error {
 func (r *Runtime) Info() Info {
 	failed, backlog, forks := r.mirror.stats()
 	return Info{
-		Agent:         r.agent.Name,
-		Model:         r.agent.Model.Name(),
-		Serving:       r.cfg.Serving,
-		StateRoot:     r.root.Dir(),
-		MaxSteps:      r.maxSteps,
-		Storage:       r.binding.Report(),
-		DefaultStore:  r.embedded != nil,
-		Memory:        r.mem.Enabled(),
-		JournalPath:   r.mem.WorkspaceJournalPath(),
-		MirrorDropped: failed,
-		MirrorBacklog: backlog,
-		MirrorForks:   forks,
-		HostID:        r.hostID,
+		Agent:            r.agent.Name,
+		Model:            r.agent.Model.Name(),
+		Serving:          r.cfg.Serving,
+		StateRoot:        r.root.Dir(),
+		MaxSteps:         r.maxSteps,
+		Storage:          r.binding.Report(),
+		DefaultStore:     r.embedded != nil,
+		Memory:           r.mem.Enabled(),
+		JournalPath:      r.mem.WorkspaceJournalPath(),
+		MirrorDropped:    failed,
+		ABSamplesDropped: r.binding.DroppedMirrorWrites(),
+		MirrorBacklog:    backlog,
+		MirrorForks:      forks,
+		HostID:           r.hostID,
 	}
 }
 

@@ -232,6 +232,10 @@ type Info struct {
 	// MirrorDropped counts mirror writes the store refused since Open (the
 	// name is older than the retries): each was kept and retried.
 	MirrorDropped int64 `json:"mirrorDropped"`
+	// ABSamplesDropped counts A/B samples the store refused since Open:
+	// the one record written at most once, so each was lost (the figures
+	// of an experiment then miss that turn).
+	ABSamplesDropped uint64 `json:"abSamplesDropped"`
 	// MirrorBacklog is the number of sessions whose mirror writes wait to
 	// be retried.
 	MirrorBacklog int `json:"mirrorBacklog"`

@@ -3,10 +3,13 @@ package server_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,6 +17,7 @@ import (
 	"agentkit/agent"
 	"agentkit/evals"
 	"agentkit/internal/storetest"
+	"agentkit/kv"
 	"agentkit/kv/memkv"
 	"agentkit/model"
 	"agentkit/server"
@@ -223,5 +227,54 @@ func TestNativeTablesThroughTheRuntime(t *testing.T) {
 	}
 	if c := native.Calls(); c["PutSnapshot"] == 0 {
 		t.Errorf("closing the runtime wrote no A/B snapshot to the native table: %v", c)
+	}
+}
+
+// TestDroppedABSamplesAreReported: an A/B sample the store refuses is
+// lost (it is the one record written at most once), and /v1/info and
+// /metrics count it.
+func TestDroppedABSamplesAreReported(t *testing.T) {
+	mem := memkv.New()
+	var refused atomic.Int64
+	store := kv.Funcs{
+		Put: func(ctx context.Context, key string, value []byte) error {
+			if strings.Contains(key, "/ab-samples/") {
+				refused.Add(1)
+				return errors.New("the samples table is full")
+			}
+			return mem.Put(ctx, key, value)
+		},
+		Get: mem.Get, Delete: mem.Delete, List: mem.List,
+	}
+	exp := abtest.Experiment{Name: "tone", Variants: []abtest.Variant{{Name: "a"}, {Name: "b"}}}
+	f := newFixture(t, fixtureOpts{agent: agent.Agent{Experiments: []abtest.Experiment{exp}}, store: store})
+	var info struct {
+		ABSamplesDropped uint64 `json:"abSamplesDropped"`
+	}
+	if st := f.do("GET", "/v1/info", "", &info); st != 200 || info.ABSamplesDropped != 0 {
+		t.Fatalf("before any turn: status %d, abSamplesDropped %d", st, info.ABSamplesDropped)
+	}
+	if st := f.do("POST", "/v1/sessions", `{"message":"hi"}`, nil); st != 201 {
+		t.Fatalf("start: status %d", st)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for refused.Load() == 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if refused.Load() == 0 {
+		t.Fatal("the turn wrote no A/B sample")
+	}
+	if st := f.do("GET", "/v1/info", "", &info); st != 200 || info.ABSamplesDropped != uint64(refused.Load()) {
+		t.Fatalf("status %d, abSamplesDropped %d; the store refused %d", st, info.ABSamplesDropped, refused.Load())
+	}
+	resp, err := http.Get(f.url + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	want := fmt.Sprintf("agentkit_ab_samples_dropped_total %d\n", refused.Load())
+	if !strings.Contains(string(b), want) {
+		t.Fatalf("/metrics lacks %q", want)
 	}
 }

@@ -23,6 +23,7 @@ import (
 //	turns_total{status}                         turns that ended, by status (completed, failed)
 //	turn_duration_seconds{status}               histogram of turn latency
 //	mirror_writes_dropped_total                 session mirror writes the store refused (each kept and retried)
+//	ab_samples_dropped_total                    A/B samples the store refused (each lost)
 //	mirror_backlog_sessions                     sessions whose mirror writes wait to be retried
 //	mirror_forks_total                          turns that lost the session head to another host (kept locally)
 //	store_operation_duration_seconds{op}        histogram of store latency per kv operation
@@ -208,5 +209,21 @@ func (o observers) MirrorForked(id string, events int) {
 func (o observers) StoreOp(op string, d time.Duration, err error) {
 	for _, x := range o {
 		x.StoreOp(op, d, err)
+	}
+}
+
+// registerABDrops exports the count of A/B samples the store refused,
+// read from dropped at each scrape. A second call for the same Metrics (a
+// second server over it) keeps the first.
+func (m *Metrics) registerABDrops(dropped func() uint64) {
+	c := prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "agentkit_ab_samples_dropped_total",
+		Help: "A/B samples the store refused since the runtime opened; each is lost (logged with its key).",
+	}, func() float64 { return float64(dropped()) })
+	if err := m.reg.Register(c); err != nil {
+		var are prometheus.AlreadyRegisteredError
+		if !errors.As(err, &are) {
+			panic(err) // a name clash in this package: a bug
+		}
 	}
 }

@@ -143,6 +143,7 @@ func New(rt *agent.Runtime, opts Options) (*Server, error) {
 	if l := rt.Ledger(); l != nil {
 		s.metrics.registerLedger(l)
 	}
+	s.metrics.registerABDrops(rt.Binding().DroppedMirrorWrites)
 	if opts.AuthToken != "" {
 		h := sha256.Sum256([]byte(opts.AuthToken))
 		s.tokenHash = h[:]
