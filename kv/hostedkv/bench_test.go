@@ -150,8 +150,8 @@ func BenchmarkHostedVsPostgres(b *testing.B) {
 }
 
 // BenchmarkHostedVsPostgresThroughput runs 64 goroutines (half Get, half
-// Put) on one side for 300 ms, then on the other, alternating which goes
-// first, each iteration, and reports hosted ops/s ÷ direct ops/s:
+// Put) on one side for 300 ms, then on the next, rotating which goes first
+// each iteration, and reports each side's ops/s and their ratios:
 //
 //	go test -run '^$' -bench HostedVsPostgresThroughput -benchtime 10x ./kv/hostedkv/
 //
