@@ -13,12 +13,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/redis/go-redis/v9"
 
 	"agentkit/internal/testenv"
+	"agentkit/internal/testenv/pgtest"
+	"agentkit/internal/testenv/redistest"
 	"agentkit/kv"
 	_ "agentkit/kv/natskv"
 	_ "agentkit/kv/pgkv"
@@ -70,57 +70,12 @@ func openOrSkip(t testing.TB, what, howto, u string) *kv.DB {
 }
 
 func postgresBackend(t testing.TB) backend {
-	base := testenv.Getenv("AGENTKIT_TEST_POSTGRES", "postgres://root@127.0.0.1:5432/test?sslmode=disable")
-	table := "ledgertest_" + randomSuffix()
-	u := withQuery(t, base, "table", table)
-	first := openOrSkip(t, "PostgreSQL", "Start PostgreSQL or set AGENTKIT_TEST_POSTGRES to a postgres:// URL.", u)
-	t.Cleanup(func() {
-		first.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		conn, err := pgx.Connect(ctx, base)
-		if err != nil {
-			t.Errorf("drop table %s: %v", table, err)
-			return
-		}
-		defer conn.Close(ctx)
-		if _, err := conn.Exec(ctx, "DROP TABLE IF EXISTS "+table); err != nil {
-			t.Errorf("drop table %s: %v", table, err)
-		}
-	})
+	u := pgtest.TableURL(t)
 	return backend{"postgres", func(t testing.TB) *kv.DB { return openClient(t, u) }}
 }
 
 func redisBackend(t testing.TB) backend {
-	base := testenv.Getenv("AGENTKIT_TEST_REDIS", "redis://127.0.0.1:6379/0")
-	prefix := "ledgertest:" + randomSuffix() + ":"
-	u := withQuery(t, base, "prefix", prefix)
-	first := openOrSkip(t, "Redis", "Start Redis or set AGENTKIT_TEST_REDIS to a redis:// URL.", u)
-	t.Cleanup(func() {
-		first.Close()
-		o, err := redis.ParseURL(base)
-		if err != nil {
-			t.Error(err)
-			return
-		}
-		c := redis.NewClient(o)
-		defer c.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		var keys []string
-		it := c.Scan(ctx, 0, prefix+"*", 1000).Iterator()
-		for it.Next(ctx) {
-			keys = append(keys, it.Val())
-		}
-		if err := it.Err(); err != nil {
-			t.Errorf("scan %s: %v", prefix, err)
-		}
-		if len(keys) > 0 {
-			if err := c.Unlink(ctx, keys...).Err(); err != nil {
-				t.Errorf("clean %s: %v", prefix, err)
-			}
-		}
-	})
+	u := redistest.URL(t, "ledgertest-")
 	return backend{"redis", func(t testing.TB) *kv.DB { return openClient(t, u) }}
 }
 
