@@ -936,9 +936,6 @@ func (s *kvStore) listMemory(ctx context.Context, ns, agent string, after int64,
 	if next == head.counter && len(out) <= limit {
 		out = append(out, memoryRow{seq: head.counter, record: head.value})
 	}
-	more := len(out) > limit
-	if more {
-		out = out[:limit]
-	}
+	out, more := page(out, limit)
 	return out, more, nil
 }

@@ -450,10 +450,7 @@ func (s *pgStore) listEvals(ctx context.Context, ns, agent, after string, limit 
 	if err != nil {
 		return nil, false, s.err(err)
 	}
-	more := len(out) > limit
-	if more {
-		out = out[:limit]
-	}
+	out, more := page(out, limit)
 	return out, more, nil
 }
 
@@ -512,10 +509,7 @@ func (s *pgStore) listMemory(ctx context.Context, ns, agent string, after int64,
 	if err != nil {
 		return nil, false, s.err(err)
 	}
-	more := len(out) > limit
-	if more {
-		out = out[:limit]
-	}
+	out, more := page(out, limit)
 	return out, more, nil
 }
 

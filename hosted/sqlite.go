@@ -446,30 +446,10 @@ func (s *sqliteStore) deleteEval(ctx context.Context, ns, agent, runID string) e
 }
 
 func (s *sqliteStore) listEvals(ctx context.Context, ns, agent, after string, limit int) ([]evalRow, bool, error) {
-	rows, err := s.r.QueryContext(ctx, "SELECT run_id, snapshot FROM "+s.p+"_eval_runs WHERE ns = ? AND agent = ? AND run_id > ? ORDER BY run_id LIMIT ?",
+	return sqlitePage(ctx, s.r, limit, func(r *evalRow, doc *string) []any { return []any{&r.runID, doc} },
+		func(r *evalRow, doc string) { r.snapshot = []byte(doc) },
+		"SELECT run_id, snapshot FROM "+s.p+"_eval_runs WHERE ns = ? AND agent = ? AND run_id > ? ORDER BY run_id LIMIT ?",
 		ns, agent, after, limit+1)
-	if err != nil {
-		return nil, false, err
-	}
-	defer rows.Close()
-	var out []evalRow
-	for rows.Next() {
-		var r evalRow
-		var doc string
-		if err := rows.Scan(&r.runID, &doc); err != nil {
-			return nil, false, err
-		}
-		r.snapshot = []byte(doc)
-		out = append(out, r)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, false, err
-	}
-	more := len(out) > limit
-	if more {
-		out = out[:limit]
-	}
-	return out, more, nil
 }
 
 func (s *sqliteStore) putSample(ctx context.Context, ns string, x sample) error {
@@ -520,28 +500,34 @@ func (s *sqliteStore) appendMemory(ctx context.Context, ns, agent, reqID string,
 }
 
 func (s *sqliteStore) listMemory(ctx context.Context, ns, agent string, after int64, limit int) ([]memoryRow, bool, error) {
-	rows, err := s.r.QueryContext(ctx, "SELECT seq, record FROM "+s.p+"_memory WHERE ns = ? AND agent = ? AND seq > ? ORDER BY seq LIMIT ?",
+	return sqlitePage(ctx, s.r, limit, func(r *memoryRow, doc *string) []any { return []any{&r.seq, doc} },
+		func(r *memoryRow, doc string) { r.record = []byte(doc) },
+		"SELECT seq, record FROM "+s.p+"_memory WHERE ns = ? AND agent = ? AND seq > ? ORDER BY seq LIMIT ?",
 		ns, agent, after, limit+1)
+}
+
+// sqlitePage runs a listing query that asks for limit+1 rows, each a
+// key column and a text document: fields gives a row's scan targets (the
+// document into doc), set stores the document in the row.
+func sqlitePage[T any](ctx context.Context, db *sql.DB, limit int, fields func(r *T, doc *string) []any, set func(r *T, doc string), query string, args ...any) ([]T, bool, error) {
+	rows, err := db.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, false, err
 	}
 	defer rows.Close()
-	var out []memoryRow
+	var out []T
 	for rows.Next() {
-		var r memoryRow
+		var r T
 		var doc string
-		if err := rows.Scan(&r.seq, &doc); err != nil {
+		if err := rows.Scan(fields(&r, &doc)...); err != nil {
 			return nil, false, err
 		}
-		r.record = []byte(doc)
+		set(&r, doc)
 		out = append(out, r)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, false, err
 	}
-	more := len(out) > limit
-	if more {
-		out = out[:limit]
-	}
+	out, more := page(out, limit)
 	return out, more, nil
 }

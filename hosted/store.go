@@ -209,3 +209,13 @@ func successor(prefix string) (string, bool) {
 	}
 	return "", false
 }
+
+// page cuts rows read with a limit of limit+1 (one more than a page, to
+// know whether another page follows without a query that finds nothing)
+// to the page, and reports whether more follow.
+func page[T any](rows []T, limit int) ([]T, bool) {
+	if len(rows) > limit {
+		return rows[:limit], true
+	}
+	return rows, false
+}
