@@ -327,12 +327,31 @@ func TestLedgerFullInboxTooLargeAndUnknown(t *testing.T) {
 	}
 }
 
+// TestLedgerTakeoverContinuesFromTheCommittedTurns runs the takeover on the
+// memory driver and on PostgreSQL.
 func TestLedgerTakeoverContinuesFromTheCommittedTurns(t *testing.T) {
+	t.Run("mem", func(t *testing.T) { takeoverContinues(t, memkv.New(), nil) })
+	// On a real PostgreSQL table the start-up check accepts the store
+	// without AllowProcessLocal.
+	t.Run("postgres", func(t *testing.T) {
+		store, err := kv.Open(context.Background(), pgtest.TableURL(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { store.Close() })
+		takeoverContinues(t, store, func(c *agent.Config) { c.Ledger.AllowProcessLocal = false })
+	})
+}
+
+// takeoverContinues: a session started on A, taken over by B while A is
+// in a turn (A's ledger stops), continues on B from exactly the committed
+// turns; A's waiting request answers with the turn B committed, and both
+// hosts read the same transcript.
+func takeoverContinues(t *testing.T, store *kv.DB, opt func(*agent.Config)) {
 	ctx := context.Background()
-	store := memkv.New()
 	ma, mb := newGate(t), newGate(t)
-	a := ledgerHost(t, store, ma, nil)
-	b := ledgerHost(t, store, mb, nil)
+	a := ledgerHost(t, store, ma, opt)
+	b := ledgerHost(t, store, mb, opt)
 	res := start(t, a, "one")
 	waitReleased(t, a, res.SessionID)
 	ma.blocking.Store(true)
@@ -355,12 +374,18 @@ func TestLedgerTakeoverContinuesFromTheCommittedTurns(t *testing.T) {
 	if r := <-done; r.Turn.Result != "re: two" || r.Queued {
 		t.Errorf("A's continue answered %+v; want the turn B committed", r)
 	}
-	msgs, ids := ledgerMessages(t, b, res.SessionID)
-	if strings.Join(msgs, "|") != "one|two" || ids[1] != "k2" {
-		t.Fatalf("after the takeover B reads %q %q", msgs, ids)
-	}
 	if got := mb.lastRequest(); strings.Join(got, "|") != "one|two" {
 		t.Errorf("B's model was sent %q; want the committed turn and the message", got)
+	}
+	r3, err := b.Continue(ctx, agent.ContinueRequest{Token: res.ContinuationToken, Message: "three"})
+	if err != nil || r3.Turn.Result != "re: three" {
+		t.Fatalf("continue on B: %+v %v", r3, err)
+	}
+	for name, rt := range map[string]*agent.Runtime{"A": a, "B": b} {
+		msgs, ids := ledgerMessages(t, rt, res.SessionID)
+		if strings.Join(msgs, "|") != "one|two|three" || ids[1] != "k2" {
+			t.Errorf("host %s reads %q %q", name, msgs, ids)
+		}
 	}
 }
 
@@ -499,55 +524,6 @@ func TestLedgerReminderFiresOnceThroughTheInbox(t *testing.T) {
 	msgs, _ = ledgerMessages(t, b, res.SessionID)
 	if fmt.Sprint(msgs) != "[one ping after later]" {
 		t.Errorf("after the scheduled reminder: %q", msgs)
-	}
-}
-
-// TestLedgerOnPostgreSQL runs two hosts over a real PostgreSQL table (the
-// start-up check accepts it without AllowProcessLocal): a session started
-// on A, taken over by B while A is in a turn, continues on B from exactly
-// the committed turns, and both hosts read the same transcript.
-func TestLedgerOnPostgreSQL(t *testing.T) {
-	ctx := context.Background()
-	store, err := kv.Open(ctx, pgtest.TableURL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { store.Close() })
-	onPG := func(c *agent.Config) { c.Ledger.AllowProcessLocal = false }
-	ma, mb := newGate(t), newGate(t)
-	a := ledgerHost(t, store, ma, onPG)
-	b := ledgerHost(t, store, mb, onPG)
-	res := start(t, a, "one")
-	waitReleased(t, a, res.SessionID)
-	ma.blocking.Store(true)
-	done := make(chan agent.TurnResult, 1)
-	go func() {
-		r, err := a.Continue(ctx, agent.ContinueRequest{Token: res.ContinuationToken, Message: "two", IdempotencyKey: "pg-two"})
-		if err != nil {
-			t.Errorf("continue on A: %v", err)
-		}
-		done <- r
-	}()
-	<-ma.entered
-	stopped, cancel := context.WithCancel(ctx)
-	cancel()
-	a.Ledger().Close(stopped) // A stops mid-turn: nothing of turn 2 is committed by A
-	waitTurns(t, b, res.SessionID, 2)
-	if r := <-done; r.Turn.Result != "re: two" {
-		t.Errorf("A's request answered %+v; want the turn B committed", r)
-	}
-	if got := mb.lastRequest(); strings.Join(got, "|") != "one|two" {
-		t.Errorf("B's model was sent %q; want the committed turn and the message", got)
-	}
-	r3, err := b.Continue(ctx, agent.ContinueRequest{Token: res.ContinuationToken, Message: "three"})
-	if err != nil || r3.Turn.Result != "re: three" {
-		t.Fatalf("continue on B: %+v %v", r3, err)
-	}
-	for name, rt := range map[string]*agent.Runtime{"A": a, "B": b} {
-		msgs, ids := ledgerMessages(t, rt, res.SessionID)
-		if strings.Join(msgs, "|") != "one|two|three" || ids[1] != "pg-two" {
-			t.Errorf("host %s reads %q %q", name, msgs, ids)
-		}
 	}
 }
 
