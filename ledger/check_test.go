@@ -198,6 +198,11 @@ func TestStoreCallsPerMessage(t *testing.T) {
 				t.Fatal(err)
 			}
 			done := make(chan struct{}, 1)
+			// The worker waits for proceed before its turn, so the calls
+			// counted when Deliver returns are the acknowledgement's own,
+			// not the acknowledgement's plus whatever the worker has done
+			// by then on a loaded machine.
+			proceed := make(chan struct{})
 			l, err := Open(Options{Store: db, Agent: "a", AllowProcessLocal: true, InlineLimit: 64,
 				Handler: func(ctx context.Context, tr *Turn) error {
 					_, err := tr.Commit(ctx, nil)
@@ -208,16 +213,21 @@ func TestStoreCallsPerMessage(t *testing.T) {
 				t.Fatal(err)
 			}
 			l.opts.test.step = func(name string) {
-				if name == "release:after-write" {
+				switch name {
+				case "turn:start":
+					<-proceed
+				case "release:after-write":
 					done <- struct{}{}
 				}
 			}
 			defer l.Close(context.Background())
+			defer close(proceed)
 			ctx := context.Background()
 			// A first message warms the cache.
 			if _, err := l.Deliver(ctx, "s", Event{ID: "warm", Payload: []byte(tc.payload)}); err != nil {
 				t.Fatal(err)
 			}
+			proceed <- struct{}{}
 			<-done
 			for i := range 3 {
 				counting.reset()
@@ -227,6 +237,7 @@ func TestStoreCallsPerMessage(t *testing.T) {
 				if got := counting.snapshot(); !mapsEqual(got, tc.ack) {
 					t.Fatalf("store calls to acknowledge: %v; want %v", got, tc.ack)
 				}
+				proceed <- struct{}{}
 				<-done
 				if got := counting.snapshot(); !mapsEqual(got, tc.total) {
 					t.Fatalf("store calls from delivery to release: %v; want %v", got, tc.total)
