@@ -62,7 +62,7 @@ func TestPoisonEventsAreDeadLettered(t *testing.T) {
 		}
 		dls := deadLetters(t, b.l, "")
 		if len(dls) != 1 || dls[0].EventID != "poison" || dls[0].SessionID != "s" || dls[0].Attempts != 5 ||
-			dls[0].LastError != "attempt 4: cannot parse" || string(dls[0].Payload) != string(msg("poison").Payload) {
+			dls[0].LastError != "attempt 5: cannot parse" || string(dls[0].Payload) != string(msg("poison").Payload) {
 			t.Fatalf("dead letters %+v", dls)
 		}
 		if d, err := a.l.Deliver(ctx, "s", msg("poison")); err != nil || !d.Duplicate || d.State != StateDeadLettered {
@@ -317,6 +317,107 @@ func TestOldOpenDeadLetterIsNotCurrent(t *testing.T) {
 		}
 		if dls := deadLetters(t, h.l, ""); len(dls) != 0 {
 			t.Fatalf("an old, superseded dead letter is listed: %+v", dls)
+		}
+	})
+}
+
+// TestPermanentErrorsAreDeadLetteredAtOnce: a Handler error wrapped with
+// Permanent dead-letters its event after that one attempt, with that error
+// as the last error; the session goes on, and an event delivered while
+// the holder dead-letters (so the same runner takes it next) starts with
+// no error of its own.
+func TestPermanentErrorsAreDeadLetteredAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var c *cluster
+		var once sync.Once
+		c = newCluster(t, 2, func(o *Options) {
+			o.RetryDelay = time.Millisecond
+			if o.HostID != "h0" {
+				return
+			}
+			o.test.step = func(name string) {
+				if name == "deadletter:after-write" {
+					once.Do(func() {
+						if _, err := c.hosts[1].l.Deliver(context.Background(), "s", msg("later")); err != nil {
+							t.Error(err)
+						}
+					})
+				}
+			}
+		})
+		h := c.hosts[0]
+		var mu sync.Mutex
+		attempts := map[string]int{}
+		lastErrs := map[string]string{}
+		h.setHandler(func(ctx context.Context, tr *Turn) error {
+			mu.Lock()
+			attempts[tr.Event.ID]++
+			lastErrs[tr.Event.ID] = tr.LastError
+			mu.Unlock()
+			if tr.Event.ID == "bad" {
+				return Permanent(fmt.Errorf("event %q is not a message", tr.Event.ID))
+			}
+			return commitEcho(ctx, tr)
+		})
+		c.hosts[1].setHandler(h.handle)
+		ctx := context.Background()
+		if _, err := h.l.Deliver(ctx, "s", msg("bad")); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := h.l.Await(ctx, "s", "bad"); !errors.Is(err, ErrDeadLettered) {
+			t.Fatalf("Await of the unreadable event: %v; want ErrDeadLettered", err)
+		}
+		dls := deadLetters(t, h.l, "s")
+		if len(dls) != 1 || dls[0].EventID != "bad" || dls[0].Attempts != 1 || dls[0].LastError != `event "bad" is not a message` {
+			t.Fatalf("dead letters %+v; want bad's, after 1 attempt, with its error", dls)
+		}
+		if got, err := h.l.Await(ctx, "s", "later"); err != nil || got.Seq != 1 {
+			t.Fatalf("the later event: %+v %v; want committed as turn 1", got, err)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if attempts["bad"] != 1 || attempts["later"] != 1 || lastErrs["later"] != "" {
+			t.Fatalf("attempts %v, last errors seen %q; want one each, and none for later", attempts, lastErrs)
+		}
+	})
+}
+
+// TestPermanentErrorAfterSelfFenceIsRetried: a Handler returning a
+// PermanentError after its turn's context ended (here: self-fenced while
+// the store was away) is tried again, not dead-lettered: the error may be
+// the cancellation's.
+func TestPermanentErrorAfterSelfFenceIsRetried(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t, 2, func(o *Options) { o.RetryDelay = time.Millisecond })
+		h, other := c.hosts[0], c.hosts[1]
+		var mu sync.Mutex
+		attempts := 0
+		h.setHandler(func(ctx context.Context, tr *Turn) error {
+			mu.Lock()
+			attempts++
+			n := attempts
+			mu.Unlock()
+			if n == 1 {
+				h.store.cut.set(time.Now().Add(h.l.Lease())) // shorter than lease + margin
+				<-ctx.Done()
+				time.Sleep(h.l.Lease()) // the store is back
+				return Permanent(context.Cause(ctx))
+			}
+			return commitEcho(ctx, tr)
+		})
+		other.setHandler(h.handle)
+		ctx := context.Background()
+		if _, err := h.l.Deliver(ctx, "s", msg("e")); err != nil {
+			t.Fatal(err)
+		}
+		got, err := other.l.Await(ctx, "s", "e") // h's own store is away for a while
+		if err != nil || got.Seq != 1 {
+			t.Fatalf("Await: %+v %v; want committed as turn 1 on the second attempt", got, err)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if attempts != 2 || len(deadLetters(t, other.l, "")) != 0 {
+			t.Fatalf("%d attempts, dead letters %+v; want 2 attempts and none", attempts, deadLetters(t, other.l, ""))
 		}
 	})
 }

@@ -127,9 +127,10 @@
 //
 // # Poison events
 //
-// An event whose turn has started MaxAttempts times (default 5) is written
-// to the dead-letter store, then leaves the inbox by the holder's
-// compare-and-set, and the session moves on. DeadLetters lists, Replay
+// An event whose turn has started MaxAttempts times (default 5), or whose
+// Handler returned an error wrapped with Permanent, is written to the
+// dead-letter store with the last attempt's error, then leaves the inbox
+// by the holder's compare-and-set, and the session moves on. DeadLetters lists, Replay
 // puts an event back at the end of its inbox, Drop removes it. A dead
 // letter is created with PutIfAbsent under a key of its own
 // dead-lettering and is never deleted: Replay and Drop overwrite it with a

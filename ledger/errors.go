@@ -100,3 +100,28 @@ func (e *FencedError) Unwrap() []error {
 	}
 	return []error{ErrFenced}
 }
+
+// PermanentError marks a Handler's error as one that no retry fixes (an
+// event this agent cannot read, say): the event goes to the dead-letter
+// store after this attempt, with the error as its last error, instead of
+// being tried again until MaxAttempts. Make one with Permanent.
+type PermanentError struct {
+	Err error
+}
+
+// Permanent wraps err as a PermanentError; Permanent(nil) is nil. A turn
+// whose context has ended (the lease was lost, or renewal is overdue) is
+// tried again even if its Handler returns a PermanentError: the error may
+// come from the cancellation, and the next holder decides afresh.
+func Permanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &PermanentError{Err: err}
+}
+
+// Error is the wrapped error's.
+func (e *PermanentError) Error() string { return e.Err.Error() }
+
+// Unwrap returns the wrapped error.
+func (e *PermanentError) Unwrap() error { return e.Err }

@@ -40,7 +40,8 @@ const (
 // (context.Cause is then ErrFenced or ErrSelfFenced). A Handler returning
 // an error, or returning without a successful Commit, is a failed attempt:
 // the event is tried again, and after MaxAttempts attempts it goes to the
-// dead-letter store.
+// dead-letter store. An error wrapped with Permanent sends the event there
+// after this attempt.
 type Handler func(ctx context.Context, t *Turn) error
 
 // Options configures a Ledger. Store and Agent are required, and Handler

@@ -34,6 +34,9 @@ type runner struct {
 	started uint64
 	// lastErr is the failed attempt's error, recorded by the next write.
 	lastErr string
+	// poisoned is the inbox sequence of an event whose Handler returned a
+	// PermanentError (0: none): it is dead-lettered without another try.
+	poisoned uint64
 	// cleanup are keys to delete once the next holder write has landed.
 	cleanup []string
 	// released is set once the lease was given up.
@@ -239,10 +242,14 @@ func (r *runner) loop() {
 		}
 		head := c.Pending[0]
 		r.mu.Lock()
-		started, lastErr := r.started, r.lastErr
+		started, lastErr, poisoned := r.started, r.lastErr, r.poisoned
 		r.mu.Unlock()
 		if started != head.Seq {
-			if head.Attempts >= l.opts.MaxAttempts {
+			if head.Attempts >= l.opts.MaxAttempts || poisoned == head.Seq {
+				if lastErr != "" {
+					// The last attempt's error, not yet in the record.
+					head.LastError = lastErr
+				}
 				if err := r.deadLetter(head); err != nil && r.ctx.Err() == nil {
 					l.log.Warn("ledger: dead-lettering failed", "session", r.s.id, "event", head.ID, "err", err)
 					r.pause(backoff)
@@ -271,7 +278,7 @@ func (r *runner) loop() {
 			}
 			continue
 		}
-		committed, err := r.runTurn(c, head)
+		committed, permanent, err := r.runTurn(c, head)
 		if committed {
 			backoff = l.opts.RetryDelay
 			continue
@@ -283,7 +290,13 @@ func (r *runner) loop() {
 		r.mu.Lock()
 		r.started = 0
 		r.lastErr = truncate(err.Error(), 512)
+		if permanent {
+			r.poisoned = head.Seq
+		}
 		r.mu.Unlock()
+		if permanent {
+			continue // dead-lettered at once, without the back-off
+		}
 		r.pause(backoff)
 		backoff = min(backoff*2, l.opts.Lease)
 	}
@@ -483,7 +496,7 @@ func (r *runner) deadLetter(head entry) error {
 	}
 	l.stats.deadLettered.Add(1)
 	r.mu.Lock()
-	r.started = next
+	r.started, r.lastErr = next, ""
 	r.mu.Unlock()
 	if head.Blob != "" {
 		r.s.forgetPayload(head.Blob)
@@ -530,12 +543,13 @@ func (l *Ledger) payload(ctx context.Context, s *session, e entry) (json.RawMess
 }
 
 // runTurn runs the Handler on the head event. It reports whether the turn
-// committed.
-func (r *runner) runTurn(c *control, head entry) (bool, error) {
+// committed, and whether its failure is permanent: the Handler returned a
+// PermanentError while the turn's context was still live.
+func (r *runner) runTurn(c *control, head entry) (committed, permanent bool, err error) {
 	l := r.l
 	payload, err := l.payload(r.ctx, r.s, head)
 	if err != nil {
-		return false, err
+		return false, false, err
 	}
 	tctx, cancel := context.WithCancelCause(r.ctx)
 	defer cancel(nil)
@@ -558,15 +572,16 @@ func (r *runner) runTurn(c *control, head entry) (bool, error) {
 	l.step("turn:start")
 	err = callHandler(tctx, l.opts.Handler, t)
 	if t.committed.Load() {
-		return true, nil
+		return true, false, nil
 	}
 	if err == nil {
 		err = errors.New("the handler returned without committing the turn")
 	}
 	if cause := context.Cause(tctx); cause != nil && tctx.Err() != nil {
-		err = fmt.Errorf("%w (turn context: %w)", err, cause)
+		return false, false, fmt.Errorf("%w (turn context: %w)", err, cause)
 	}
-	return false, err
+	var perm *PermanentError
+	return false, errors.As(err, &perm), err
 }
 
 // callHandler runs h, turning a panic into an error so a failing handler
