@@ -259,12 +259,19 @@ func ledgerErr(id string, err error) error {
 // session.
 func (r *Runtime) ledgerTurn(ctx context.Context, lt *ledger.Turn) (err error) {
 	id := lt.SessionID
+	// A message no agentkit can read is dead-lettered at once (Permanent);
+	// one of a newer format is tried again, and so reaches a newer host
+	// when one takes the session over, or the dead letters after
+	// maxAttempts.
 	var msg ledgerMessage
-	if err := json.Unmarshal(lt.Event.Payload, &msg); err != nil || msg.Message == "" {
-		return fmt.Errorf("agent: event %q of session %s is not a message this agentkit reads", lt.Event.ID, id)
+	if err := json.Unmarshal(lt.Event.Payload, &msg); err != nil {
+		return ledger.Permanent(fmt.Errorf("agent: event %q of session %s is not a message this agentkit reads: %w", lt.Event.ID, id, err))
 	}
 	if msg.V > ledgerFormat {
 		return fmt.Errorf("agent: event %q of session %s has format %d, newer than this agentkit's %d", lt.Event.ID, id, msg.V, ledgerFormat)
+	}
+	if msg.Message == "" {
+		return ledger.Permanent(fmt.Errorf("agent: event %q of session %s is not a message this agentkit reads: it has no message", lt.Event.ID, id))
 	}
 	wctx := context.WithoutCancel(ctx)
 	m, _, err := r.syncLedger(ctx, id)
@@ -278,7 +285,7 @@ func (r *Runtime) ledgerTurn(ctx context.Context, lt *ledger.Turn) (err error) {
 	var enrolled map[string]string
 	if first {
 		if msg.Start == nil {
-			return fmt.Errorf("agent: the first message of session %s carries no session metadata", id)
+			return ledger.Permanent(fmt.Errorf("agent: the first message of session %s carries no session metadata", id))
 		}
 		m = sessiondb.Meta{ID: id, ChannelID: msg.Start.ChannelID, Title: msg.Start.Title,
 			CreatedAt: msg.Start.CreatedAt, UpdatedAt: msg.Start.CreatedAt, Token: msg.Start.Token}

@@ -18,6 +18,7 @@ import (
 	"agentkit/keys"
 	"agentkit/kv"
 	"agentkit/kv/memkv"
+	"agentkit/ledger"
 	"agentkit/memory"
 	"agentkit/model"
 	"agentkit/tool"
@@ -619,4 +620,58 @@ func TestLedgerHolderReadsNoCommittedTurnAgain(t *testing.T) {
 		t.Errorf("B read %d committed turns taking over a session of 3 turns; want all three", len(reads[1]))
 	}
 	once("B", reads[1])
+}
+
+// TestLedgerUnreadableMessagesAreDeadLetteredAtOnce: an event no agentkit
+// reads (not JSON, no message, a session's first message without its
+// metadata) goes to the dead letters after one attempt, naming why; a
+// message of a newer format is tried again instead (a newer host may read
+// it), and the session's readable messages go on.
+func TestLedgerUnreadableMessagesAreDeadLetteredAtOnce(t *testing.T) {
+	ctx := context.Background()
+	store := memkv.New()
+	// A 2 s lease: retries wait lease/20, doubling.
+	a := ledgerHost(t, store, newGate(t), func(c *agent.Config) { c.Ledger.MaxAttempts = 3; c.Ledger.Lease = 2 * time.Second })
+	l := a.Ledger()
+	for _, tc := range []struct{ session, payload, want string }{
+		{"not-json", `"just a string"`, "is not a message this agentkit reads: json"},
+		{"no-message", `{"v":1,"source":"api"}`, "it has no message"},
+		{"no-metadata", `{"v":1,"source":"api","message":"hi"}`, "carries no session metadata"},
+	} {
+		if _, err := l.Deliver(ctx, tc.session, ledger.Event{ID: "e1", Payload: json.RawMessage(tc.payload)}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := l.Await(ctx, tc.session, "e1"); !errors.Is(err, ledger.ErrDeadLettered) {
+			t.Fatalf("%s: Await %v; want dead-lettered", tc.session, err)
+		}
+		var got []ledger.DeadLetter
+		for d, err := range l.DeadLetters(ctx, tc.session) {
+			if err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, d)
+		}
+		if len(got) != 1 || got[0].Attempts != 1 || !strings.Contains(got[0].LastError, tc.want) {
+			t.Fatalf("%s: dead letters %+v; want one after 1 attempt, its error naming %q", tc.session, got, tc.want)
+		}
+	}
+
+	// A newer format is not dead-lettered at once.
+	if _, err := l.Deliver(ctx, "newer", ledger.Event{ID: "e1", Payload: json.RawMessage(`{"v":99,"message":"hi"}`)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Await(ctx, "newer", "e1"); !errors.Is(err, ledger.ErrDeadLettered) {
+		t.Fatalf("newer format: Await %v; want dead-lettered after maxAttempts", err)
+	}
+	for d, err := range l.DeadLetters(ctx, "newer") {
+		if err != nil || d.Attempts != 3 || !strings.Contains(d.LastError, "newer than this agentkit's") {
+			t.Fatalf("newer format: dead letter %+v %v; want after 3 attempts, naming the format", d, err)
+		}
+	}
+
+	// A readable session on the same host is served.
+	res := start(t, a, "hello")
+	if s := waitTurns(t, a, res.SessionID, 1); s.Turns != 1 {
+		t.Fatalf("session %+v", s)
+	}
 }
