@@ -278,3 +278,47 @@ func TestDroppedABSamplesAreReported(t *testing.T) {
 		t.Fatalf("/metrics lacks %q", want)
 	}
 }
+
+// TestMirrorWriteFailuresAreReported: a session mirror write the store
+// refuses is counted in /v1/info (mirrorDropped) and in /metrics under
+// agentkit_mirror_write_failures_total and, for existing dashboards, its
+// first name agentkit_mirror_writes_dropped_total; the write is retried.
+func TestMirrorWriteFailuresAreReported(t *testing.T) {
+	mem := memkv.New()
+	var refused atomic.Int64
+	store := kv.Funcs{
+		Put: func(ctx context.Context, key string, value []byte) error {
+			if strings.Contains(key, "/sessions/") && refused.CompareAndSwap(0, 1) {
+				return errors.New("the store is away for a moment")
+			}
+			return mem.Put(ctx, key, value)
+		},
+		Get: mem.Get, Delete: mem.Delete, List: mem.List,
+	}
+	f := newFixture(t, fixtureOpts{store: store})
+	if st := f.do("POST", "/v1/sessions", `{"message":"hi"}`, nil); st != 201 {
+		t.Fatalf("start: status %d", st)
+	}
+	var info struct {
+		MirrorDropped int64 `json:"mirrorDropped"`
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for info.MirrorDropped == 0 && time.Now().Before(deadline) {
+		f.do("GET", "/v1/info", "", &info)
+		time.Sleep(10 * time.Millisecond)
+	}
+	if refused.Load() != 1 || info.MirrorDropped != 1 {
+		t.Fatalf("the store refused %d writes, /v1/info counts %d; want 1 and 1", refused.Load(), info.MirrorDropped)
+	}
+	resp, err := http.Get(f.url + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	for _, want := range []string{"agentkit_mirror_write_failures_total 1\n", "agentkit_mirror_writes_dropped_total 1\n"} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+}

@@ -22,7 +22,8 @@ import (
 //
 //	turns_total{status}                         turns that ended, by status (completed, failed)
 //	turn_duration_seconds{status}               histogram of turn latency
-//	mirror_writes_dropped_total                 session mirror writes the store refused (each kept and retried)
+//	mirror_write_failures_total                 session mirror writes the store refused (each kept and retried)
+//	mirror_writes_dropped_total                 the same count under its first name, kept for existing dashboards
 //	ab_samples_dropped_total                    A/B samples the store refused (each lost)
 //	mirror_backlog_sessions                     sessions whose mirror writes wait to be retried
 //	mirror_forks_total                          turns that lost the session head to another host (kept locally)
@@ -55,6 +56,7 @@ type Metrics struct {
 	turns         *prometheus.CounterVec
 	turnSeconds   *prometheus.HistogramVec
 	mirrorDropped prometheus.Counter
+	mirrorFailed  prometheus.Counter
 	mirrorBacklog prometheus.Gauge
 	mirrorForks   prometheus.Counter
 	storeSeconds  *prometheus.HistogramVec
@@ -82,6 +84,10 @@ func NewMetrics() *Metrics {
 		}, []string{"status"}),
 		mirrorDropped: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "agentkit_mirror_writes_dropped_total",
+			Help: "The same count as agentkit_mirror_write_failures_total under its first name, kept for existing dashboards: no write is dropped, each is kept and retried.",
+		}),
+		mirrorFailed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "agentkit_mirror_write_failures_total",
 			Help: "Session mirror writes (event batches, heads, metadata, continuation tokens) the store refused; each is logged, kept and retried.",
 		}),
 		mirrorBacklog: prometheus.NewGauge(prometheus.GaugeOpts{
@@ -117,7 +123,7 @@ func NewMetrics() *Metrics {
 		}, []string{"version"}),
 		ackSeconds: newAckHistogram(),
 	}
-	m.reg.MustRegister(m.turns, m.turnSeconds, m.mirrorDropped, m.mirrorBacklog, m.mirrorForks, m.storeSeconds, m.storeOps,
+	m.reg.MustRegister(m.turns, m.turnSeconds, m.mirrorDropped, m.mirrorFailed, m.mirrorBacklog, m.mirrorForks, m.storeSeconds, m.storeOps,
 		m.httpRequests, m.httpSeconds, m.streams, m.buildInfo,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -142,7 +148,10 @@ func (m *Metrics) TurnFinished(status agent.TurnStatus, d time.Duration) {
 }
 
 // MirrorDropped counts a mirror write the store refused.
-func (m *Metrics) MirrorDropped(string, error) { m.mirrorDropped.Inc() }
+func (m *Metrics) MirrorDropped(string, error) {
+	m.mirrorFailed.Inc()
+	m.mirrorDropped.Inc()
+}
 
 // MirrorBacklog sets the number of sessions waiting for mirror retries.
 func (m *Metrics) MirrorBacklog(sessions int) { m.mirrorBacklog.Set(float64(sessions)) }

@@ -434,6 +434,7 @@ func TestInfoHealthAndMetrics(t *testing.T) {
 		`agentkit_turns_total{status="failed"} 0`,
 		`agentkit_turn_duration_seconds_count{status="completed"} 1`,
 		`agentkit_mirror_writes_dropped_total 0`,
+		`agentkit_mirror_write_failures_total 0`,
 		// A turn's commit to a store with the batch capability (the
 		// memory driver's) is one atomic batch.
 		`agentkit_store_operation_duration_seconds_count{op="write_batch"}`,
