@@ -80,7 +80,18 @@ type Store struct {
 	// subjectPrefix is "$KV.<bucket>.", the subjects of the bucket's keys.
 	subjectPrefix string
 	maxValue      int
+	// listIdle is how long a listing waits for the consumer's next entry
+	// (defaultListIdle; tests shorten it).
+	listIdle time.Duration
+	// testStall, when above zero, makes a listing ignore the consumer's
+	// entries after that many, as a stalled subscription would (tests).
+	testStall int
 }
+
+// defaultListIdle is how long a listing waits for the consumer's next
+// entry before it stops reading and completes the listing from the
+// stream's own list of subjects instead.
+const defaultListIdle = 2 * time.Second
 
 var (
 	_ kv.Store = (*Store)(nil)
@@ -468,6 +479,13 @@ func (s *Store) ListKeys(ctx context.Context, prefix string) iter.Seq2[string, e
 // every subject under the filter (a snapshot taken after the listing began,
 // so it holds every key present before): a subject the consumer did not
 // deliver is read directly.
+//
+// The same check ends a listing whose consumer falls silent for listIdle
+// before it reported nothing pending: the subscription can stall (seen on
+// a loaded machine, where a listing waited for minutes), or the last
+// pending message can leave the stream before it is delivered. Reading the
+// missed subjects directly is slower but complete, so the listing never
+// waits forever.
 func (s *Store) scan(ctx context.Context, prefix string, values bool) ([]kv.Entry, error) {
 	filter := filterFor(prefix)
 	var filters []string
@@ -511,15 +529,25 @@ func (s *Store) scan(ctx context.Context, prefix string, values bool) ([]kv.Entr
 		got = append(got, found{enc: enc, key: key, value: value, deleted: deleted})
 	}
 	received := 0
+	idle := time.NewTimer(cmp.Or(s.listIdle, defaultListIdle))
+	defer idle.Stop()
+	silent := false
 consume:
 	for {
 		select {
 		case <-ctx.Done():
 			return nil, ctx.Err()
+		case <-idle.C:
+			silent = true
+			break consume
 		case e, ok := <-w.Updates():
 			if !ok {
 				return nil, errors.New("natskv: the listing stopped before it was complete (the connection closed)")
 			}
+			if s.testStall > 0 && received >= s.testStall {
+				continue
+			}
+			idle.Reset(cmp.Or(s.listIdle, defaultListIdle))
 			if e == nil {
 				if received == 0 {
 					break consume // nothing was pending
@@ -534,12 +562,13 @@ consume:
 		}
 	}
 	// A stream that did not change while the consumer read it (no message
-	// added or removed) was delivered exactly; otherwise check.
+	// added or removed) was delivered exactly, unless the consumer fell
+	// silent; otherwise check.
 	after, err := s.streamState(ctx)
 	if err != nil {
 		return nil, err
 	}
-	if after != before {
+	if after != before || silent {
 		seen := make(map[string]bool, len(got))
 		for _, f := range got {
 			seen[f.enc] = true

@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"net/url"
 	"slices"
 	"strings"
@@ -414,5 +415,48 @@ func TestOpenWithConnection(t *testing.T) {
 	defer other.Close()
 	if v, err := other.Get(ctx, "k"); err != nil || string(v) != "v" {
 		t.Fatalf("a URL-opened client reads %q, %v", v, err)
+	}
+}
+
+// TestListingCompletesWhenTheConsumerStalls: a listing whose consumer
+// falls silent before it reported nothing pending (a stalled subscription;
+// under load a listing once waited for minutes) ends after the idle wait,
+// complete and in order, from the stream's own list of subjects.
+func TestListingCompletesWhenTheConsumerStalls(t *testing.T) {
+	db := namespace(t)(t)
+	defer db.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var want []string
+	for i := range 40 {
+		k := fmt.Sprintf("stall/%03d", i)
+		want = append(want, k)
+		if err := db.Put(ctx, k, []byte(k)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	natskv.StallListings(db.Backend().(*natskv.Store), 10, 50*time.Millisecond)
+	var got []string
+	for e, err := range db.List(ctx, "stall/") {
+		if err != nil {
+			t.Fatalf("List with a stalled consumer: %v", err)
+		}
+		if string(e.Value) != e.Key {
+			t.Errorf("%q has value %q", e.Key, e.Value)
+		}
+		got = append(got, e.Key)
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("List with a stalled consumer = %q, want %q", got, want)
+	}
+	var keys []string
+	for k, err := range db.ListKeys(ctx, "stall/") {
+		if err != nil {
+			t.Fatalf("ListKeys with a stalled consumer: %v", err)
+		}
+		keys = append(keys, k)
+	}
+	if !slices.Equal(keys, want) {
+		t.Fatalf("ListKeys with a stalled consumer = %q, want %q", keys, want)
 	}
 }
