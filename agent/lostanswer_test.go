@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 
 	"agentkit/agent"
 	"agentkit/kv"
@@ -92,51 +93,60 @@ func (g *batchGate) WriteBatch(ctx context.Context, ops []kv.BatchOp) ([]kv.Vers
 // take the first turn's landed batch for another host's: the attempt was
 // recorded with the events, so it is found landed and the new turn goes
 // on top of it. No fork; every turn in the store once.
+//
+// It runs in a synctest bubble: the mirror's background retry (a timer,
+// retryMin after the lost answer) would otherwise settle the backlog on
+// its own whenever the test is held up for a second on a loaded machine,
+// before the check that the session is owed or before the third turn.
+// In the bubble the timer fires only when every goroutine is idle, so the
+// third turn is the one that settles it.
 func TestALostAnswerAtATurnsEndIsSettledBeforeTheNextCommit(t *testing.T) {
-	ctx := context.Background()
-	shared := memkv.New()
-	g := &batchGate{db: shared}
-	a := host(t, g, nil, nil)
-	if !a.Store().Capabilities().Batch {
-		t.Fatal("the gated store has no batch capability; the test would not reach the batched commit")
-	}
-	res := start(t, a, "one")
-	var once sync.Once
-	g.mu.Lock()
-	g.lose = func(op kv.Op, key string) bool {
-		lost := false
-		once.Do(func() { lost = true })
-		return lost
-	}
-	g.mu.Unlock()
-	if _, err := a.Continue(ctx, agent.ContinueRequest{Token: res.ContinuationToken, Message: "two, answer lost"}); err != nil {
-		t.Fatal(err)
-	}
-	if a.Info().MirrorBacklog != 1 {
-		t.Fatalf("backlog %d after a lost answer; want the session", a.Info().MirrorBacklog)
-	}
-	var headReads sync.Once
-	g.mu.Lock()
-	g.lose = nil
-	g.fail = func(op kv.Op, key string) error {
-		var err error
-		if op == kv.OpGetWithVersion && strings.HasSuffix(key, "/head") {
-			headReads.Do(func() { err = errStoreDown })
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		shared := memkv.New()
+		g := &batchGate{db: shared}
+		a := host(t, g, nil, nil)
+		if !a.Store().Capabilities().Batch {
+			t.Fatal("the gated store has no batch capability; the test would not reach the batched commit")
 		}
-		return err
-	}
-	g.mu.Unlock()
-	if _, err := a.Continue(ctx, agent.ContinueRequest{Token: res.ContinuationToken, Message: "three"}); err != nil {
-		t.Fatal(err)
-	}
-	if info := a.Info(); info.MirrorForks != 0 || info.MirrorBacklog != 0 {
-		t.Errorf("after the third turn: %d forks, backlog %d; want none", info.MirrorForks, info.MirrorBacklog)
-	}
-	c := host(t, shared, nil, nil)
-	if _, err := c.GetSession(ctx, res.SessionID); err != nil {
-		t.Fatal(err)
-	}
-	if got := userMessages(t, c, res.SessionID); strings.Join(got, "|") != "one|two, answer lost|three" {
-		t.Errorf("the store's session: %q", got)
-	}
+		res := start(t, a, "one")
+		var once sync.Once
+		g.mu.Lock()
+		g.lose = func(op kv.Op, key string) bool {
+			lost := false
+			once.Do(func() { lost = true })
+			return lost
+		}
+		g.mu.Unlock()
+		if _, err := a.Continue(ctx, agent.ContinueRequest{Token: res.ContinuationToken, Message: "two, answer lost"}); err != nil {
+			t.Fatal(err)
+		}
+		if a.Info().MirrorBacklog != 1 {
+			t.Fatalf("backlog %d after a lost answer; want the session", a.Info().MirrorBacklog)
+		}
+		var headReads sync.Once
+		g.mu.Lock()
+		g.lose = nil
+		g.fail = func(op kv.Op, key string) error {
+			var err error
+			if op == kv.OpGetWithVersion && strings.HasSuffix(key, "/head") {
+				headReads.Do(func() { err = errStoreDown })
+			}
+			return err
+		}
+		g.mu.Unlock()
+		if _, err := a.Continue(ctx, agent.ContinueRequest{Token: res.ContinuationToken, Message: "three"}); err != nil {
+			t.Fatal(err)
+		}
+		if info := a.Info(); info.MirrorForks != 0 || info.MirrorBacklog != 0 {
+			t.Errorf("after the third turn: %d forks, backlog %d; want none", info.MirrorForks, info.MirrorBacklog)
+		}
+		c := host(t, shared, nil, nil)
+		if _, err := c.GetSession(ctx, res.SessionID); err != nil {
+			t.Fatal(err)
+		}
+		if got := userMessages(t, c, res.SessionID); strings.Join(got, "|") != "one|two, answer lost|three" {
+			t.Errorf("the store's session: %q", got)
+		}
+	})
 }
