@@ -3,6 +3,7 @@ package ledger_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 
 	"agentkit/kv/memkv"
@@ -58,4 +59,44 @@ func Example() {
 	// acknowledged; this host runs it: true
 	// turn 1 consumed [msg-1]: {"reply":"you said hello"}
 	// duplicate: true committed in turn 1
+}
+
+// A Handler that meets an event no retry can help (here: a payload that is
+// not JSON) wraps its error with Permanent: the event goes to the
+// dead-letter store after that one attempt, and the session goes on.
+func ExamplePermanent() {
+	ctx := context.Background()
+	l, err := ledger.Open(ledger.Options{
+		Store: memkv.New(), AllowProcessLocal: true, Agent: "support",
+		Handler: func(ctx context.Context, t *ledger.Turn) error {
+			var in struct{ Message string }
+			if err := json.Unmarshal(t.Event.Payload, &in); err != nil {
+				return ledger.Permanent(fmt.Errorf("event %s is not a message: %w", t.Event.ID, err))
+			}
+			_, err := t.Commit(ctx, []json.RawMessage{t.Event.Payload})
+			return err
+		},
+	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer l.Close(ctx)
+
+	if _, err := l.Deliver(ctx, "session-1", ledger.Event{ID: "msg-1", Payload: json.RawMessage(`"not an object"`)}); err != nil {
+		fmt.Println(err)
+		return
+	}
+	_, err = l.Await(ctx, "session-1", "msg-1")
+	fmt.Println("dead-lettered:", errors.Is(err, ledger.ErrDeadLettered))
+	for d, err := range l.DeadLetters(ctx, "session-1") {
+		if err != nil {
+			fmt.Println(err)
+			return
+		}
+		fmt.Printf("%s after %d attempt: %s\n", d.EventID, d.Attempts, d.LastError)
+	}
+	// Output:
+	// dead-lettered: true
+	// msg-1 after 1 attempt: event msg-1 is not a message: json: cannot unmarshal string into Go value of type struct { Message string }
 }
