@@ -138,7 +138,9 @@ func runProtocol(t *testing.T, be backend) {
 
 	// Drain.
 	reader := hosts[2].l
-	deadline := time.Now().Add(30 * time.Second)
+	// A generous budget: it is spent only when the drain is slow (a
+	// loaded machine); a session that never drains still fails the test.
+	deadline := time.Now().Add(90 * time.Second)
 	for {
 		busy := 0
 		for info, err := range reader.Sessions(context.Background()) {
@@ -153,7 +155,7 @@ func runProtocol(t *testing.T, be backend) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%d sessions still busy 30s after the last delivery", busy)
+			t.Fatalf("%d sessions still busy 90s after the last delivery", busy)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
