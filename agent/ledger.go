@@ -761,19 +761,7 @@ func (r *Runtime) followSession(ctx context.Context, id string, after uint64) {
 // ledger's control records), newest first by their last commit. A
 // session's channel and title come from the local copy, or from its last
 // committed turn's header.
-func (r *Runtime) listLedgerSessions(ctx context.Context, limit int, cur string) (SessionPage, error) {
-	var after *cursor
-	if cur != "" {
-		b, err := base64.RawURLEncoding.DecodeString(cur)
-		var c cursor
-		if err == nil {
-			err = json.Unmarshal(b, &c)
-		}
-		if err != nil || c.I == "" {
-			return SessionPage{}, invalid("cursor", "it is not a cursor this server returned; pass nextCursor from the previous page, or nothing to start")
-		}
-		after = &c
-	}
+func (r *Runtime) listLedgerSessions(ctx context.Context, limit int, after *cursor) (SessionPage, error) {
 	var all []ledger.SessionInfo
 	for s, err := range r.led.Sessions(ctx) {
 		if err != nil {

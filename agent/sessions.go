@@ -326,6 +326,22 @@ type cursor struct {
 	I string `json:"i"`
 }
 
+// decodeCursor reads a page's NextCursor; "" is nil, the newest first.
+func decodeCursor(cur string) (*cursor, error) {
+	if cur == "" {
+		return nil, nil
+	}
+	b, err := base64.RawURLEncoding.DecodeString(cur)
+	var c cursor
+	if err == nil {
+		err = json.Unmarshal(b, &c)
+	}
+	if err != nil || c.I == "" {
+		return nil, invalid("cursor", "it is not a cursor this server returned; pass nextCursor from the previous page, or nothing to start")
+	}
+	return &c, nil
+}
+
 // ListSessions returns the sessions on this host, newest first by update
 // time, limit at a time (0 means DefaultPageSize, at most MaxPageSize).
 // Pass the page's NextCursor to get the next page; "" starts at the newest.
@@ -340,19 +356,15 @@ func (r *Runtime) ListSessions(ctx context.Context, limit int, cur string) (Sess
 	if err != nil {
 		return SessionPage{}, err
 	}
+	c, err := decodeCursor(cur)
+	if err != nil {
+		return SessionPage{}, err
+	}
 	if r.led != nil {
-		return r.listLedgerSessions(ctx, limit, cur)
+		return r.listLedgerSessions(ctx, limit, c)
 	}
 	var after *sessiondb.Cursor
-	if cur != "" {
-		b, err := base64.RawURLEncoding.DecodeString(cur)
-		var c cursor
-		if err == nil {
-			err = json.Unmarshal(b, &c)
-		}
-		if err != nil || c.I == "" {
-			return SessionPage{}, invalid("cursor", "it is not a cursor this server returned; pass nextCursor from the previous page, or nothing to start")
-		}
+	if c != nil {
 		after = &sessiondb.Cursor{UpdatedAt: time.Unix(0, c.U), ID: c.I}
 	}
 	rows, err := r.db.List(ctx, limit+1, after)
