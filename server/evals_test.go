@@ -267,14 +267,8 @@ func TestDroppedABSamplesAreReported(t *testing.T) {
 	if st := f.do("GET", "/v1/info", "", &info); st != 200 || info.ABSamplesDropped != uint64(refused.Load()) {
 		t.Fatalf("status %d, abSamplesDropped %d; the store refused %d", st, info.ABSamplesDropped, refused.Load())
 	}
-	resp, err := http.Get(f.url + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
 	want := fmt.Sprintf("agentkit_ab_samples_dropped_total %d\n", refused.Load())
-	if !strings.Contains(string(b), want) {
+	if !strings.Contains(f.metricsText(), want) {
 		t.Fatalf("/metrics lacks %q", want)
 	}
 }
@@ -310,14 +304,9 @@ func TestMirrorWriteFailuresAreReported(t *testing.T) {
 	if refused.Load() != 1 || info.MirrorDropped != 1 {
 		t.Fatalf("the store refused %d writes, /v1/info counts %d; want 1 and 1", refused.Load(), info.MirrorDropped)
 	}
-	resp, err := http.Get(f.url + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
+	text := f.metricsText()
 	for _, want := range []string{"agentkit_mirror_write_failures_total 1\n", "agentkit_mirror_writes_dropped_total 1\n"} {
-		if !strings.Contains(string(b), want) {
+		if !strings.Contains(text, want) {
 			t.Errorf("/metrics lacks %q", want)
 		}
 	}

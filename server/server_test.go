@@ -112,6 +112,15 @@ func (f *fixture) do(method, path, body string, out any) int {
 	return resp.StatusCode
 }
 
+// metricsText returns the text of GET /metrics.
+func (f *fixture) metricsText() string {
+	f.t.Helper()
+	resp := f.send("GET", "/metrics", "", nil)
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return string(b)
+}
+
 func (f *fixture) send(method, path, body string, hdr http.Header) *http.Response {
 	f.t.Helper()
 	var rd io.Reader
@@ -425,10 +434,7 @@ func TestInfoHealthAndMetrics(t *testing.T) {
 
 	f.do("POST", "/v1/sessions", `{"message":"count me"}`, nil)
 	f.do("GET", "/v1/sessions/none", "", nil)
-	resp := f.send("GET", "/metrics", "", nil)
-	data, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	text := string(data)
+	text := f.metricsText()
 	for _, want := range []string{
 		`agentkit_turns_total{status="completed"} 1`,
 		`agentkit_turns_total{status="failed"} 0`,
