@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"math"
 	"strings"
 	"sync"
 	"testing"
@@ -288,5 +289,87 @@ func TestASnapshotOfANewerFormatIsNotOverwritten(t *testing.T) {
 	}
 	if rep := r.Report(context.Background()); rep.SnapshotError == "" || variantOf(t, rep, "plain").Sessions != 1 {
 		t.Errorf("Report over an unreadable snapshot: %+v; want this host's figures and the reason", rep)
+	}
+}
+
+// TestReportComparesTheVariantWithTheControl: with arms of different
+// failure rates, the comparison the server and the CLI show (Recorder.Report)
+// is the variant's rate minus the control's, with the interval of that
+// order, not its mirror image. The figures below are worked out by hand
+// from the formulas in Compare's doc (z = 1.959964, z² = 3.841459):
+//
+// Control "plain", 10 of 100 sessions failed: p = 0.1; Wilson's
+// denominator 1 + z²/n = 1.038415, centre (0.1 + 0.019207)/1.038415 =
+// 0.114797, half-width 1.959964·√(0.0009 + 0.000096)/1.038415 = 0.059568:
+// [0.0552, 0.1744].
+//
+// Variant "friendly", 40 of 100: p = 0.4; centre (0.4 + 0.019207)/1.038415
+// = 0.403699, half-width 1.959964·√(0.0024 + 0.000096)/1.038415 = 0.094298:
+// [0.3094, 0.4980].
+//
+// d = 0.4 − 0.1 = +0.30; low = 0.30 − √((0.4 − 0.3094)² + (0.1744 − 0.1)²)
+// = 0.30 − 0.1172 = 0.1828; high = 0.30 + √((0.4980 − 0.4)² + (0.1 −
+// 0.0552)²) = 0.30 + 0.1078 = 0.4078. The variant fails more, and the
+// interval excludes zero.
+//
+// With arms of different sizes (variant 30 of 60: p = 0.5, Wilson
+// [0.3774, 0.6226]) a swap of the sessions counts shows too: d = +0.40,
+// low = 0.40 − √(0.1226² + 0.0744²) = 0.40 − 0.1434 = 0.2566, high =
+// 0.40 + √(0.1226² + 0.0448²) = 0.40 + 0.1305 = 0.5305.
+func TestReportComparesTheVariantWithTheControl(t *testing.T) {
+	for _, c := range []struct {
+		name                     string
+		controlFailed, controlN  int
+		variantFailed, variantN  int
+		difference, low, high    float64
+		controlRate, variantRate float64
+	}{
+		{"same sizes", 10, 100, 40, 100, 0.30, 0.1828, 0.4078, 0.1, 0.4},
+		{"different sizes", 10, 100, 30, 60, 0.40, 0.2566, 0.5305, 0.1, 0.5},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := recorder(t, bind(t, storage.Config{Backend: memkv.New()}), "h1")
+			arm := func(variant string, failed, n int) {
+				for i := range n {
+					failEvery := 0 // a session's one turn succeeds
+					if i < failed {
+						failEvery = 1 // or fails
+					}
+					turns(r, fmt.Sprintf("%s-%d", variant, i), variant, 1, 100, failEvery)
+				}
+			}
+			arm("plain", c.controlFailed, c.controlN)
+			arm("friendly", c.variantFailed, c.variantN)
+			if err := r.Flush(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			rep := r.Report(context.Background())
+			if p := variantOf(t, rep, "plain"); p.Sessions != int64(c.controlN) || p.FailedSessions != int64(c.controlFailed) || p.SessionFailureRate != c.controlRate {
+				t.Errorf("control: %d sessions, %d failed, rate %v; want %d, %d, %v", p.Sessions, p.FailedSessions, p.SessionFailureRate, c.controlN, c.controlFailed, c.controlRate)
+			}
+			if v := variantOf(t, rep, "friendly"); v.Sessions != int64(c.variantN) || v.FailedSessions != int64(c.variantFailed) || v.SessionFailureRate != c.variantRate {
+				t.Errorf("variant: %d sessions, %d failed, rate %v; want %d, %d, %v", v.Sessions, v.FailedSessions, v.SessionFailureRate, c.variantN, c.variantFailed, c.variantRate)
+			}
+			var cmp []abtest.Comparison
+			for _, e := range rep.Experiments {
+				if e.Name == "tone" {
+					cmp = e.Comparisons
+				}
+			}
+			if len(cmp) != 1 {
+				t.Fatalf("comparisons %+v; want one, friendly against plain", cmp)
+			}
+			got := cmp[0]
+			if got.Variant != "friendly" || got.Control != "plain" {
+				t.Errorf("compared %q against %q; want friendly against the control plain", got.Variant, got.Control)
+			}
+			if !got.Defined || math.Abs(got.Difference-c.difference) > 1e-9 || math.Abs(got.Low-c.low) > 0.0005 || math.Abs(got.High-c.high) > 0.0005 {
+				t.Errorf("difference %.4f in [%.4f, %.4f]; want %+.4f in [%.4f, %.4f] (the variant's failure rate minus the control's)",
+					got.Difference, got.Low, got.High, c.difference, c.low, c.high)
+			}
+			if !got.Significant {
+				t.Error("the interval excludes zero but the comparison is not marked significant")
+			}
+		})
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"reflect"
+
+	"agentkit/internal/jsonerr"
 )
 
 // Class is a class of actors whose state has the Go type S (anything
@@ -122,7 +124,9 @@ func decodeState[S any](b []byte) (S, error) {
 		return s, nil
 	}
 	if err := json.Unmarshal(b, &s); err != nil {
-		return s, fmt.Errorf("%w: the state does not decode into %s: %w", ErrInvalidState, typeName[S](), err)
+		// Said in JSON's terms: the message reaches HTTP clients and the
+		// CLI, who know the state's fields, not its Go type.
+		return s, fmt.Errorf("%w: the state does not fit the class's state: %s", ErrInvalidState, jsonerr.Describe(err, "the state"))
 	}
 	return s, nil
 }

@@ -163,10 +163,16 @@ func TestPatchThatDoesNotFitTheTypeIsRefused(t *testing.T) {
 	if _, err := a.SetState(ctx, []byte(`{"at":5}`)); err != nil {
 		t.Fatal(err)
 	}
-	for _, patch := range []string{`{"at":"soon"}`, `[1]`, `{"tags":{"a":1}}`} {
-		_, err := a.SetState(ctx, []byte(patch))
-		if !errors.Is(err, ErrInvalidState) || !strings.Contains(err.Error(), "actor.Status") {
-			t.Errorf("SetState(%s) = %v; want ErrInvalidState naming the type", patch, err)
+	// The error names the field and the JSON types, never the Go type (it
+	// reaches HTTP clients as it is).
+	for _, c := range []struct{ patch, want string }{
+		{`{"at":"soon"}`, "at: expected a whole number, found a JSON string"},
+		{`[1]`, "the state must be an object, not a JSON array"},
+		{`{"tags":{"a":1}}`, "tags: expected a string, found a JSON number"},
+	} {
+		_, err := a.SetState(ctx, []byte(c.patch))
+		if !errors.Is(err, ErrInvalidState) || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), "actor.Status") {
+			t.Errorf("SetState(%s) = %v; want ErrInvalidState saying %q", c.patch, err, c.want)
 		}
 	}
 	if err := a.ReplaceStateJSON(ctx, []byte(`{"at":true}`)); !errors.Is(err, ErrInvalidState) {

@@ -36,9 +36,11 @@
 // string is a safe file name), holding system.db, the system database of
 // its state, messages, events and tasks, and data.db, the author's own SQL
 // database returned by Ref.SQL. Folders are created owner-only (0700) and
-// files 0600. Nothing is created before the actor's first write: reading an
-// actor that was never written gives its initial state and empty logs and
-// costs no file. The system database records its format (Format); a build
+// files 0600, SQLite's -wal and -shm files included; Dir itself, and a
+// database found with group or other permissions when it is opened, are
+// made owner-only. Nothing is created before the actor's first write:
+// reading an actor that was never written gives its initial state and
+// empty logs and costs no file. The system database records its format (Format); a build
 // that finds a newer one refuses it with ErrNewerFormat and an error that
 // says to upgrade. Ref.Delete removes an actor: its folder, its schedule
 // index entry and its key-value records.

@@ -13,8 +13,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"agentkit/internal/privfile"
 	"agentkit/keys"
 	"agentkit/kv"
+	"agentkit/record"
 )
 
 // Defaults of Options.
@@ -43,7 +45,7 @@ var (
 	ErrNotFound = errors.New("actor: not found")
 	// ErrNewerFormat means an actor database or a migration marker was
 	// written by a newer agentkit; the error says to upgrade.
-	ErrNewerFormat = errors.New("actor: written by a newer agentkit")
+	ErrNewerFormat = record.ErrNewerFormat
 	// ErrMigrated means the actor's key-value records were migrated into a
 	// database this host does not have. The error is a *MigratedError.
 	ErrMigrated = errors.New("actor: migrated to another database")
@@ -55,7 +57,8 @@ var (
 // Options configure Open. Dir is required.
 type Options struct {
 	// Dir is the folder of the actor databases: the state root's actors/.
-	// It is created owner-only (0700) if missing.
+	// It is created owner-only (0700) if missing, and made owner-only
+	// if it is not (the databases in it hold the actors' state).
 	Dir string
 	// Store and Agent locate the key-value layout of actor records that
 	// earlier builds wrote (agentkit/v1/{Agent}/actors/{id}/…). With a
@@ -189,6 +192,9 @@ func Open(opts Options) (*Host, error) {
 	}
 	if err := mkdirs(dir); err != nil {
 		return nil, err
+	}
+	if err := privfile.Tighten(dir); err != nil {
+		return nil, fmt.Errorf("actor: %w", err)
 	}
 	h.pool = newPool(h.opts.MaxOpen, h.opts.IdleTimeout)
 	return h, nil

@@ -13,6 +13,7 @@ import (
 	"agentkit/actor/mergepatch"
 	"agentkit/keys"
 	"agentkit/kv"
+	"agentkit/record"
 )
 
 // The key-value layout of earlier builds, under
@@ -27,6 +28,11 @@ import (
 // A message or event value that is a JSON object of Record's fields (at,
 // type, data, and optionally seq) is read as that record; any other JSON
 // value is the record's data. The seq always comes from the key.
+
+// kindMarker is the migration marker's kind: its version is its "format"
+// field (the marker's layout predates package record), under record's
+// version rule.
+var kindMarker = record.NewKind("actor migration marker", markerFormat)
 
 const (
 	markerName   = "migrated"
@@ -117,8 +123,8 @@ func (r *Ref) readMarker(ctx context.Context) (*markerRecord, kv.Version, string
 	if err := json.Unmarshal(b, &m); err != nil || m.Format < 1 {
 		return nil, "", key, fmt.Errorf("actor: the migration marker %s holds %q, not a marker; restore it", key, clip(b))
 	}
-	if m.Format > markerFormat {
-		return nil, "", key, fmt.Errorf("%w: the migration marker %s has format %d, and this agentkit reads format %d or older; upgrade agentkit", ErrNewerFormat, key, m.Format, markerFormat)
+	if err := record.Check(kindMarker, key, m.Format); err != nil {
+		return nil, "", key, fmt.Errorf("actor: the migration marker %s has format %d, and this agentkit reads format %d or older; upgrade agentkit: %w", key, m.Format, markerFormat, err)
 	}
 	return &m, ver, key, nil
 }

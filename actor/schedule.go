@@ -268,13 +268,11 @@ func (h *Host) openIndex(ctx context.Context, create bool) (*index, error) {
 		return h.index, nil
 	}
 	path := filepath.Join(h.opts.Dir, indexFile)
-	if _, err := os.Stat(path); err != nil {
-		if !create {
-			return nil, nil
-		}
-		if err := touch0600(path); err != nil {
-			return nil, err
-		}
+	if _, err := os.Stat(path); err != nil && !create {
+		return nil, nil
+	}
+	if err := touch0600(path); err != nil { // creates it, or tightens it
+		return nil, err
 	}
 	// secure_delete: the entry of a deleted actor, which names it, is
 	// zeroed rather than left in a free page.

@@ -17,6 +17,8 @@ import (
 	"time"
 
 	_ "modernc.org/sqlite" // the "sqlite" database/sql driver
+
+	"agentkit/internal/privfile"
 )
 
 // Format is the system database format this build writes and reads, kept
@@ -111,6 +113,9 @@ func escapePath(p string) string {
 func openDB(ctx context.Context, path, sync string) (*sql.DB, dbMeta, error) {
 	if _, err := os.Stat(path); err != nil {
 		return nil, dbMeta{}, err
+	}
+	if err := privfile.TightenSQLite(path); err != nil {
+		return nil, dbMeta{}, fmt.Errorf("actor: %w", err)
 	}
 	db, err := sql.Open("sqlite", dsn(path, "rw", "WAL", sync, true))
 	if err != nil {
@@ -302,11 +307,12 @@ func syncDir(dir string) error {
 }
 
 // touch0600 creates path owner-only if missing, so SQLite (which gives its
-// journal files the database's mode) never makes a world-readable file.
+// journal files the database's mode) never makes a world-readable file,
+// and takes group and other permissions off an existing one and its -wal,
+// -shm and -journal files.
 func touch0600(path string) error {
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY, 0o600)
-	if err != nil {
-		return fmt.Errorf("actor: creating %s: %w", path, err)
+	if err := privfile.CreateSQLite(path); err != nil {
+		return fmt.Errorf("actor: %w", err)
 	}
-	return f.Close()
+	return nil
 }

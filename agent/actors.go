@@ -8,6 +8,7 @@ import (
 	"fmt"
 
 	"agentkit/actor"
+	"agentkit/actor/mergepatch"
 	"agentkit/agent/sessiondb"
 	"agentkit/agent/stateroot"
 	"agentkit/model"
@@ -31,6 +32,42 @@ var ErrActorStateLocal = errors.New("agent: actor state does not follow a sessio
 // errActorStateLocal is ErrActorStateLocal with what it means for the
 // caller.
 var errActorStateLocal = fmt.Errorf("%w: actor databases stay on the host that wrote them, and in serving mode ledger a session moves to whichever host holds it, so actor state is refused in that mode rather than served empty after a takeover; use serving: local to keep actor state (docs/actor.md)", ErrActorStateLocal)
+
+// Errors and types of actor state, for a server answering them (matched
+// with errors.Is and errors.As); package actor defines them.
+var (
+	// ErrInvalidState means a state the session's actor cannot hold
+	// (actor.ErrInvalidState).
+	ErrInvalidState = actor.ErrInvalidState
+	// ErrActorNewerFormat means the actor's database was written by a
+	// newer agentkit (actor.ErrNewerFormat).
+	ErrActorNewerFormat = actor.ErrNewerFormat
+)
+
+// ActorMigratedError means the actor was migrated from the key-value
+// layout into the actor database of another host (actor.MigratedError).
+type ActorMigratedError = actor.MigratedError
+
+// JSONError is a patch or state that is not one valid JSON text, naming
+// the document, the line and the column (mergepatch.SyntaxError).
+type JSONError = mergepatch.SyntaxError
+
+// CheckJSON reports whether doc is one valid JSON text as the state
+// routes take it: a *JSONError naming which ("patch" or "state"), the line
+// and the column otherwise.
+func CheckJSON(doc []byte, which string) error { return mergepatch.Validate(doc, which) }
+
+// CompactJSON returns doc without whitespace between tokens, after
+// checking it as CheckJSON does; numbers and strings keep their bytes.
+func CompactJSON(doc []byte, which string) ([]byte, error) { return mergepatch.Compact(doc, which) }
+
+// actorErr marks the actor host's closing as the runtime's (ErrClosed).
+func actorErr(err error) error {
+	if errors.Is(err, actor.ErrClosed) && !errors.Is(err, ErrClosed) {
+		return fmt.Errorf("%w: %w", ErrClosed, err)
+	}
+	return err
+}
 
 // SessionState is the state of a session's actor: a JSON object, {} at
 // first. Its values are kept as the JSON they were given (numbers keep
@@ -135,13 +172,9 @@ func (r *Runtime) actorWriteCheck(ctx context.Context, class, id string) error {
 	return r.actorStateAllowed()
 }
 
-// actorStateAllowed refuses actor state in serving mode ledger.
-func (r *Runtime) actorStateAllowed() error {
-	if r.cfg.Serving == ServingLedger {
-		return errActorStateLocal
-	}
-	return nil
-}
+// actorStateAllowed refuses actor state where Open said so (serving mode
+// ledger).
+func (r *Runtime) actorStateAllowed() error { return r.actorsRefused }
 
 // SessionActor returns the actor of session id, as a tool sees it in
 // tool.Env.Actor: ErrSessionNotFound when no session has the id (here, or
@@ -220,7 +253,8 @@ func (a *sessionActor) State(ctx context.Context) (json.RawMessage, error) {
 		return nil, err
 	}
 	defer exit()
-	return ref.StateJSON(ctx)
+	st, err := ref.StateJSON(ctx)
+	return st, actorErr(err)
 }
 
 func (a *sessionActor) PatchState(ctx context.Context, patch json.RawMessage) (json.RawMessage, error) {
@@ -229,7 +263,8 @@ func (a *sessionActor) PatchState(ctx context.Context, patch json.RawMessage) (j
 		return nil, err
 	}
 	defer exit()
-	return ref.PatchStateJSON(ctx, patch)
+	st, err := ref.PatchStateJSON(ctx, patch)
+	return st, actorErr(err)
 }
 
 func (a *sessionActor) ReplaceState(ctx context.Context, state json.RawMessage) error {
@@ -238,7 +273,7 @@ func (a *sessionActor) ReplaceState(ctx context.Context, state json.RawMessage) 
 		return err
 	}
 	defer exit()
-	return ref.ReplaceStateJSON(ctx, state)
+	return actorErr(ref.ReplaceStateJSON(ctx, state))
 }
 
 func (a *sessionActor) Messages(ctx context.Context, after int64, limit int) ([]tool.Record, error) {

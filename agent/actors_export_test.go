@@ -1,6 +1,12 @@
 package agent
 
-// SetServingForTest sets the serving mode of an open runtime, for the tests
-// of what ledger mode refuses until a runtime can open in it. Call it
+// SetServingForTest makes an open runtime answer actor state calls as in
+// serving mode mode, for the tests of what ledger mode refuses. Call it
 // before the runtime is used.
-func SetServingForTest(r *Runtime, mode string) { r.cfg.Serving = mode }
+func SetServingForTest(r *Runtime, mode string) {
+	r.cfg.Serving = mode
+	r.actorsRefused = nil
+	if mode == ServingLedger {
+		r.actorsRefused = errActorStateLocal
+	}
+}

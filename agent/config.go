@@ -4,6 +4,7 @@ import (
 	"log/slog"
 	"time"
 
+	"agentkit/kv"
 	"agentkit/memory"
 	"agentkit/storage"
 )
@@ -11,10 +12,13 @@ import (
 // Serving modes.
 const (
 	// ServingLocal serves every session from this host's disk, mirrored to
-	// the store. The default.
+	// the store after every turn: a turn runs on the host that gets it. The
+	// default.
 	ServingLocal = "local"
-	// ServingLedger names durable sessions across hosts through a ledger.
-	// This build refuses it at Open: the ledger is not part of it yet.
+	// ServingLedger serves sessions through the session ledger (package
+	// ledger) on a shared store: a message is queued in its session's
+	// inbox and the turn runs on the one host holding the session's lease,
+	// committed with a fenced commit (docs/ledger.md).
 	ServingLedger = "ledger"
 )
 
@@ -66,6 +70,10 @@ type Config struct {
 	Timeouts Timeouts
 	// Now is the clock; nil means time.Now. Tests set it.
 	Now func() time.Time
+
+	// newPath, when set, builds the commit path in place of the serving
+	// mode's (tests: a test double of commitPath).
+	newPath func(*Runtime) (commitPath, error)
 }
 
 // Memory configures the memory journal (06-memory.md, package memory).
@@ -132,9 +140,14 @@ type Observer interface {
 	// ("put", "get", "delete", "list", "get_with_version",
 	// "put_if_absent", "put_if_version", "list_keys"), d its duration and
 	// err its outcome (nil on success; a Get miss is an error matching
-	// kv.ErrNotFound). A listing's duration runs until its iteration ends.
+	// ErrKeyNotFound, which is kv.ErrNotFound). A listing's duration runs
+	// until its iteration ends.
 	StoreOp(op string, d time.Duration, err error)
 }
+
+// ErrKeyNotFound is the store's answer for a key it does not have
+// (kv.ErrNotFound), as Observer.StoreOp sees it.
+var ErrKeyNotFound = kv.ErrNotFound
 
 // NopObserver is an Observer that does nothing. Embed it in an observer
 // that implements only some methods.

@@ -50,15 +50,18 @@ func newConversation() *conversation {
 
 // foldEvent is what the conversation reads of an event's JSON.
 type foldEvent struct {
-	Type       string           `json:"type"`
-	Turn       int64            `json:"turn"`
-	Message    string           `json:"message"`
-	Note       string           `json:"note"`
-	Text       string           `json:"text"`
-	ToolCalls  []model.ToolCall `json:"toolCalls"`
-	ToolCallID string           `json:"toolCallId"`
-	Tool       string           `json:"tool"`
-	Output     string           `json:"output"`
+	Type       string            `json:"type"`
+	Turn       int64             `json:"turn"`
+	Message    string            `json:"message"`
+	Note       string            `json:"note"`
+	Text       string            `json:"text"`
+	ToolCalls  []model.ToolCall  `json:"toolCalls"`
+	ToolCallID string            `json:"toolCallId"`
+	Tool       string            `json:"tool"`
+	Output     string            `json:"output"`
+	Status     string            `json:"status"`
+	Result     string            `json:"result"`
+	Forked     []json.RawMessage `json:"forked"`
 }
 
 // applyJSON folds in the event seq of the session, stored as data. The
@@ -99,6 +102,23 @@ func (c *conversation) apply(ev foldEvent) {
 		if _, ok := c.pending[ev.ToolCallID]; ok {
 			delete(c.pending, ev.ToolCallID)
 			c.add(model.Message{Role: model.RoleTool, ToolCallID: ev.ToolCallID, Name: ev.Tool, Content: ev.Output})
+		}
+	case EventTurnForked:
+		// The forked turns' messages and their answers, without their tool
+		// steps: the answers were given, and the turns after this one
+		// follow them.
+		c.closePending()
+		for _, raw := range ev.Forked {
+			var f foldEvent
+			if json.Unmarshal(raw, &f) != nil {
+				continue
+			}
+			switch {
+			case f.Type == EventTurnStarted:
+				c.add(model.Message{Role: model.RoleUser, Content: f.Message})
+			case f.Type == EventTurnFinished && f.Result != "":
+				c.add(model.Message{Role: model.RoleAssistant, Content: f.Result})
+			}
 		}
 	}
 }

@@ -165,7 +165,9 @@ func TestTheCacheNeverChangesWhatTheModelSees(t *testing.T) {
 		}
 	}
 	// The scenario's last request holds the whole history as the store
-	// has it: A's lost turn is not in it, B's and C's turns are.
+	// has it: B's and C's turns, and A's lost turn where its fork was
+	// recorded (after the turn of B it lost to), as a message and its
+	// answer.
 	last := with["a"][len(with["a"])-1]
 	var users []string
 	for _, m := range last {
@@ -173,7 +175,7 @@ func TestTheCacheNeverChangesWhatTheModelSees(t *testing.T) {
 			users = append(users, m.Content)
 		}
 	}
-	want := "tools one|two|tools three|four|five|tools six on B|seven|eight on B|nine|tools ten|eleven on C|twelve on C|thirteen"
+	want := "tools one|two|tools three|four|five|tools six on B|seven|eight on B|eight on A, lost|nine|tools ten|eleven on C|twelve on C|thirteen"
 	if got := strings.Join(users, "|"); got != want {
 		t.Errorf("A's last request has the user messages\n %s\nwant\n %s", got, want)
 	}

@@ -1,6 +1,10 @@
 package agent
 
-import "context"
+import (
+	"context"
+
+	"agentkit/agent/sessiondb"
+)
 
 // DisableConversationCache makes r rebuild every turn's conversation from
 // the session database, as if nothing were cached: the reference the
@@ -13,7 +17,7 @@ func CachedConversations(r *Runtime) int { return r.convs.len() }
 // LoseUnsavedMirrorState drops the mirror states r keeps in memory, as a
 // crash would, and reports how many there were.
 func LoseUnsavedMirrorState(r *Runtime) int {
-	mr := r.mirror.(*storeMirror)
+	mr := r.path.(*storeMirror)
 	mr.mu.Lock()
 	defer mr.mu.Unlock()
 	n := len(mr.unsaved)
@@ -24,5 +28,49 @@ func LoseUnsavedMirrorState(r *Runtime) int {
 // FireLedgerReminder delivers a reminder's firing as the scheduler does in
 // serving mode ledger.
 func FireLedgerReminder(r *Runtime, sessionID, reminderID, message string) error {
-	return r.fireLedgerReminder(context.Background(), sessionID, reminderID, message)
+	_, err := r.path.submit(context.Background(), turnRequest{sessionID: sessionID, reminder: reminderID, message: message, source: SourceReminder})
+	return err
 }
+
+// WithCommitPathDouble returns cfg with the commit path replaced by a
+// test double (memPath, pathdouble_test.go): sessions live in the local
+// database only, and each commit is kept in memory.
+func WithCommitPathDouble(cfg Config) Config {
+	cfg.newPath = func(r *Runtime) (commitPath, error) {
+		return &memPath{r: r, commits: map[string][][]sessiondb.Record{}}, nil
+	}
+	return cfg
+}
+
+// DoubleCommits returns how many turns of a session ("": of every
+// session) the test double of the commit path committed (-1 when r does
+// not run on the double).
+func DoubleCommits(r *Runtime, sessionID string) int {
+	p, ok := r.path.(*memPath)
+	if !ok {
+		return -1
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if sessionID == "" {
+		n := 0
+		for _, c := range p.commits {
+			n += len(c)
+		}
+		return n
+	}
+	return len(p.commits[sessionID])
+}
+
+// FenceDouble makes the test double's check fail from its n-th call on
+// (ErrDoubleFenced), and every commit fail with commitErr when it is not
+// nil.
+func FenceDouble(r *Runtime, n int, commitErr error) {
+	p := r.path.(*memPath)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.checks, p.fenceAt, p.commitErr = 0, n, commitErr
+}
+
+// ErrDoubleFenced is the test double's fence.
+var ErrDoubleFenced = errFenced

@@ -1,7 +1,6 @@
 package agent_test
 
 import (
-	"agentkit/tool"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -13,6 +12,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"agentkit/tool"
 
 	"agentkit/agent"
 	"agentkit/kv"

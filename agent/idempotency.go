@@ -107,8 +107,11 @@ func (c *keyClaims) claim(route, key string) (release func(), err error) {
 // is ErrKeyReused. Otherwise it returns the Idempotency to record with the
 // new turn. release frees the claim once the turn has answered.
 //
-// sessionID is the session a follow-up continues ("" for a new session).
-func (r *Runtime) keyed(ctx context.Context, route, key, hash, sessionID string, onEvent func(Event)) (idem *Idempotency, res TurnResult, replayed bool, release func(), err error) {
+// sessionID is the session a follow-up continues and token its
+// continuation token ("" for a new session: a replayed start is answered
+// with a new token for the session, as only the first token's digest is
+// stored).
+func (r *Runtime) keyed(ctx context.Context, route, key, hash, sessionID, token string, onEvent func(Event)) (idem *Idempotency, res TurnResult, replayed bool, release func(), err error) {
 	release = func() {}
 	if key == "" {
 		return nil, TurnResult{}, false, release, nil
@@ -130,7 +133,7 @@ func (r *Runtime) keyed(ctx context.Context, route, key, hash, sessionID string,
 		release()
 		return nil, TurnResult{}, false, func() {}, fmt.Errorf("%w: Idempotency-Key %q was first sent with another request (another message, files or title); use a new key for a new request", ErrKeyReused, key)
 	}
-	res, err = r.replayTurn(ctx, kt, onEvent)
+	res, err = r.replayTurn(ctx, kt, token, onEvent)
 	release()
 	if err != nil {
 		return nil, TurnResult{}, false, func() {}, err
@@ -144,13 +147,19 @@ func (r *Runtime) keyed(ctx context.Context, route, key, hash, sessionID string,
 const interruptedResult = "the turn this Idempotency-Key started was interrupted before it finished (the server stopped); its events up to then are in the session's log. Send the message again with a new Idempotency-Key to run it again"
 
 // replayTurn rebuilds the answer of the turn whose turn.started event is
-// kt.Seq, passing its events to onEvent.
-func (r *Runtime) replayTurn(ctx context.Context, kt sessiondb.KeyedTurn, onEvent func(Event)) (TurnResult, error) {
+// kt.Seq, passing its events to onEvent. The answer carries token, or a
+// new token of the session when token is "".
+func (r *Runtime) replayTurn(ctx context.Context, kt sessiondb.KeyedTurn, token string, onEvent func(Event)) (TurnResult, error) {
 	m, err := r.db.Get(ctx, kt.SessionID)
 	if err != nil {
 		return TurnResult{}, err
 	}
-	res := TurnResult{SessionID: m.ID, ContinuationToken: m.Token, Replayed: true}
+	if token == "" {
+		if token, err = r.issueToken(ctx, m.ID); err != nil {
+			return TurnResult{}, err
+		}
+	}
+	res := TurnResult{SessionID: m.ID, ContinuationToken: token, Replayed: true}
 	res.Turn = Turn{Status: StatusFailed, Result: interruptedResult}
 	after, number := kt.Seq-1, int64(0)
 	for {
@@ -174,6 +183,7 @@ func (r *Runtime) replayTurn(ctx context.Context, kt sessiondb.KeyedTurn, onEven
 			}
 			if ev.Type == EventTurnFinished {
 				res.Turn = Turn{Status: ev.Status, Result: ev.Result}
+				res.LastSeq = ev.Seq
 				if ev.Usage != nil {
 					res.Turn.Usage = *ev.Usage
 				}

@@ -92,7 +92,7 @@ func ledgerHost(t *testing.T, store *kv.DB, m model.Model, edit func(*agent.Conf
 		Agent:   agent.Agent{Name: "ledger-agent", Model: m, NoWorkspaceTools: true},
 		Store:   store,
 		Serving: agent.ServingLedger,
-		Ledger:  agent.LedgerOptions{AllowProcessLocal: true, Lease: time.Minute, FollowInterval: 20 * time.Millisecond, JanitorInterval: 50 * time.Millisecond},
+		Ledger:  agent.LedgerOptions{Tuning: ledger.Tuning{Lease: time.Minute, FollowInterval: 20 * time.Millisecond, JanitorInterval: 50 * time.Millisecond}, AllowProcessLocal: true},
 		Logger:  slog.New(slog.DiscardHandler),
 	}
 	if edit != nil {
@@ -513,6 +513,7 @@ func TestLedgerReminderFiresOnceThroughTheInbox(t *testing.T) {
 	if _, err := b.Continue(ctx, agent.ContinueRequest{Token: res.ContinuationToken, Message: "after"}); err != nil {
 		t.Fatal(err)
 	}
+	waitTurns(t, b, res.SessionID, 3) // the continue may have been queued for A
 	msgs, ids := ledgerMessages(t, b, res.SessionID)
 	if strings.Join(msgs, "|") != "one|ping|after" || ids[1] != "reminder/rem-1" {
 		t.Fatalf("the session holds %q %q; want the reminder once", msgs, ids)
@@ -528,32 +529,86 @@ func TestLedgerReminderFiresOnceThroughTheInbox(t *testing.T) {
 	}
 }
 
-// TestLedgerModeDoesNotServeALocalModeSession: a session served in
-// serving mode local is not in the ledger; after the switch its id is 404
-// and its token unknown (a delivery would have created an empty session).
-func TestLedgerModeDoesNotServeALocalModeSession(t *testing.T) {
+// TestLedgerModeAdoptsALocalModeSession: a session served in serving
+// mode local is adopted by the ledger when a host of serving mode ledger
+// is first asked for it: its token continues it, its history is the
+// ledger's committed transcript (the model sees it, every host lists it),
+// and a host still in serving mode local then refuses it
+// (ErrSessionMoved) instead of writing a second history. A second ledger
+// host adopting it at once changes nothing.
+func TestLedgerModeAdoptsALocalModeSession(t *testing.T) {
 	ctx := context.Background()
-	store, root := memkv.New(), t.TempDir()
-	cfg := agent.Config{Agent: agent.Agent{Name: "ledger-agent", Model: newGate(t), NoWorkspaceTools: true}, StateRoot: root, Store: store,
-		Logger: slog.New(slog.DiscardHandler)}
-	local, err := agent.Open(ctx, cfg)
+	store := memkv.New()
+	cfg := func(root string, m model.Model) agent.Config {
+		return agent.Config{Agent: agent.Agent{Name: "ledger-agent", Model: m, NoWorkspaceTools: true}, StateRoot: root, Store: store,
+			Logger: slog.New(slog.DiscardHandler)}
+	}
+	localRoot := t.TempDir()
+	local, err := agent.Open(ctx, cfg(localRoot, newGate(t)))
 	if err != nil {
 		t.Fatal(err)
 	}
 	res := start(t, local, "one")
+	if _, err := local.Continue(ctx, agent.ContinueRequest{Token: res.ContinuationToken, Message: "two", IdempotencyKey: "k2"}); err != nil {
+		t.Fatal(err)
+	}
 	if err := local.Close(); err != nil {
 		t.Fatal(err)
 	}
-	cfg.Serving, cfg.Ledger = agent.ServingLedger, agent.LedgerOptions{AllowProcessLocal: true}
-	led := open(t, cfg)
-	if _, err := led.Continue(ctx, agent.ContinueRequest{Token: res.ContinuationToken, Message: "two"}); !errors.Is(err, agent.ErrUnknownToken) {
-		t.Errorf("continue with a local-mode token: %v, want ErrUnknownToken", err)
+	lcfg := func(root string, m model.Model) agent.Config {
+		c := cfg(root, m)
+		c.Serving, c.Ledger = agent.ServingLedger, agent.LedgerOptions{AllowProcessLocal: true}
+		return c
 	}
-	if _, err := led.GetSession(ctx, res.SessionID); !errors.Is(err, agent.ErrSessionNotFound) {
-		t.Errorf("GetSession of a local-mode session: %v", err)
+	g := newGate(t)
+	led := open(t, lcfg(t.TempDir(), g))
+	other := open(t, lcfg(t.TempDir(), newGate(t)))
+	// Both ledger hosts are asked for it at once.
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if _, err := other.GetSession(ctx, res.SessionID); err != nil {
+			t.Errorf("the other ledger host reading the session: %v", err)
+		}
+	}()
+	got, err := led.Continue(ctx, agent.ContinueRequest{Token: res.ContinuationToken, Message: "three"})
+	wg.Wait()
+	if err != nil || got.SessionID != res.SessionID {
+		t.Fatalf("continue with a local-mode token: %+v %v; want the session continued", got, err)
 	}
+	if got.Queued {
+		waitTurns(t, led, res.SessionID, 3)
+	}
+	if users := g.lastRequest(); strings.Join(users, "|") != "one|two|three" && !got.Queued {
+		t.Errorf("the model was sent %q; want the session's history and the new message", users)
+	}
+	for name, rt := range map[string]*agent.Runtime{"led": led, "other": other} {
+		msgs, _ := ledgerMessages(t, rt, res.SessionID)
+		if strings.Join(msgs, "|") != "one|two|three" {
+			t.Errorf("host %s lists %q; want the local turns, then the ledger's", name, msgs)
+		}
+	}
+	n := 0
 	for s, err := range led.Ledger().Sessions(ctx) {
-		t.Errorf("the ledger holds %+v (%v); want no session", s, err)
+		if err != nil || s.ID != res.SessionID || s.CommitSeq != 3 {
+			t.Errorf("the ledger holds %+v (%v); want the adopted session with 3 turns", s, err)
+		}
+		n++
+	}
+	if n != 1 {
+		t.Errorf("the ledger holds %d sessions; want 1", n)
+	}
+	// A retry of the keyed turn run before the move is its answer, not a
+	// new turn.
+	again, err := led.Continue(ctx, agent.ContinueRequest{Token: res.ContinuationToken, Message: "two", IdempotencyKey: "k2"})
+	if err != nil || !again.Replayed {
+		t.Errorf("the keyed turn of serving mode local, retried: %+v %v; want its answer", again, err)
+	}
+	// A host still in serving mode local refuses it now.
+	back := open(t, cfg(localRoot, newGate(t)))
+	if _, err := back.Continue(ctx, agent.ContinueRequest{Token: res.ContinuationToken, Message: "on local"}); !errors.Is(err, agent.ErrSessionMoved) {
+		t.Errorf("serving mode local after the move: %v; want ErrSessionMoved", err)
 	}
 }
 
@@ -673,5 +728,71 @@ func TestLedgerUnreadableMessagesAreDeadLetteredAtOnce(t *testing.T) {
 	res := start(t, a, "hello")
 	if s := waitTurns(t, a, res.SessionID, 1); s.Turns != 1 {
 		t.Fatalf("session %+v", s)
+	}
+}
+
+// TestLedgerKeyedRetryAfterManyMessages: in serving mode ledger a retry
+// with an Idempotency-Key (and a reminder claimed again) is the same
+// message even after more later messages than the ledger's window of
+// recent ids: the ledger keeps keys for its IdempotencyWindow. Past
+// ledger.maxKeys kept keys a keyed message is refused (InboxFullError
+// with Keys), an unkeyed one still queued.
+func TestLedgerKeyedRetryAfterManyMessages(t *testing.T) {
+	ctx := context.Background()
+	store := memkv.New()
+	edit := func(c *agent.Config) { c.Ledger.DedupWindow, c.Ledger.MaxKeys = 2, 3 }
+	a := ledgerHost(t, store, newGate(t), edit)
+	b := ledgerHost(t, store, newGate(t), edit)
+	res := start(t, a, "one")
+	cont := func(rt *agent.Runtime, msg, key string) (agent.TurnResult, error) {
+		return rt.Continue(ctx, agent.ContinueRequest{Token: res.ContinuationToken, Message: msg, IdempotencyKey: key})
+	}
+	if _, err := cont(a, "early", "k-early"); err != nil {
+		t.Fatal(err)
+	}
+	if err := agent.FireLedgerReminder(a, res.SessionID, "rem-1", "ping"); err != nil {
+		t.Fatal(err)
+	}
+	waitTurns(t, a, res.SessionID, 3)
+	for i := range 4 {
+		if _, err := cont(a, fmt.Sprint("later ", i), ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitTurns(t, b, res.SessionID, 7)
+	r, err := cont(b, "early", "k-early")
+	if err != nil || r.Queued || !r.Replayed || r.Turn.Result != "re: early" {
+		t.Fatalf("the retry of k-early five messages later, on another host: %+v, %v; want the first turn replayed", r, err)
+	}
+	if err := agent.FireLedgerReminder(b, res.SessionID, "rem-1", "ping"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cont(b, "last", ""); err != nil { // a second ping would be queued before it
+		t.Fatal(err)
+	}
+	waitTurns(t, b, res.SessionID, 8)
+	msgs, _ := ledgerMessages(t, b, res.SessionID)
+	if want := "one|early|ping|later 0|later 1|later 2|later 3|last"; strings.Join(msgs, "|") != want {
+		t.Fatalf("the session holds %q; want %q", strings.Join(msgs, "|"), want)
+	}
+	// k-early and rem-1 have left the window, and k-2 leaves it with
+	// k-4's turn: three kept keys. At maxKeys 3 a new key waits, a
+	// message without one does not.
+	for _, k := range []string{"k-2", "k-3", "k-4"} {
+		if _, err := cont(a, k, k); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitTurns(t, a, res.SessionID, 11)
+	_, err = cont(a, "k-5", "k-5")
+	var full *agent.InboxFullError
+	if !errors.As(err, &full) || !errors.Is(err, agent.ErrInboxFull) || full.Keys < 3 || full.RetryAfter < time.Hour {
+		t.Fatalf("a keyed message past maxKeys: %v; want an InboxFullError with Keys and a wait of about the window", err)
+	}
+	if !strings.Contains(err.Error(), "ledger.maxKeys") {
+		t.Errorf("the refusal says %q; want the setting named", err)
+	}
+	if _, err := cont(a, "no key", ""); err != nil {
+		t.Fatalf("a message without a key past maxKeys: %v", err)
 	}
 }

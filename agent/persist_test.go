@@ -15,6 +15,7 @@ import (
 
 	"agentkit/agent"
 	"agentkit/agent/stateroot"
+	"agentkit/keys"
 	"agentkit/kv"
 	"agentkit/kv/memkv"
 	"agentkit/model"
@@ -137,7 +138,7 @@ func TestMirrorWritesTheSessionKeys(t *testing.T) {
 	p := "agentkit/v1/mirror/"
 	ks := keysWith(t, store, p)
 	want := []string{
-		p + "continuations/" + res.ContinuationToken,
+		p + "continuations/" + keys.TokenDigest(res.ContinuationToken), // never the token itself
 		p + "sessions/" + res.SessionID + "/events/00000000000000000001",
 		p + "sessions/" + res.SessionID + "/events/00000000000000000002",
 		p + "sessions/" + res.SessionID + "/meta",
@@ -160,7 +161,7 @@ func TestMirrorWritesTheSessionKeys(t *testing.T) {
 		Batches int    `json:"batches"`
 	}
 	b, _ := store.Get(ctx, p+"sessions/"+res.SessionID+"/meta")
-	if err := json.Unmarshal(b, &meta); err != nil || meta.V != 1 || meta.ID != res.SessionID || meta.Turns != 2 || meta.LastSeq != 6 || meta.Batches != 2 {
+	if err := json.Unmarshal(b, &meta); err != nil || meta.V != 2 || meta.ID != res.SessionID || meta.Turns != 2 || meta.LastSeq != 6 || meta.Batches != 2 {
 		t.Errorf("meta %s", b)
 	}
 	var batch struct {
@@ -171,7 +172,7 @@ func TestMirrorWritesTheSessionKeys(t *testing.T) {
 	if err := json.Unmarshal(b, &batch); err != nil || batch.V != 1 || len(batch.Events) != 3 || !strings.Contains(string(batch.Events[0]), `"seq":4`) {
 		t.Errorf("batch 2 %s", b)
 	}
-	b, _ = store.Get(ctx, p+"continuations/"+res.ContinuationToken)
+	b, _ = store.Get(ctx, p+"continuations/"+keys.TokenDigest(res.ContinuationToken))
 	if string(b) != `{"v":1,"sessionId":"`+res.SessionID+`"}` {
 		t.Errorf("continuation record %s", b)
 	}
@@ -277,7 +278,7 @@ func TestFailedMirrorWritesAreKeptAndRetried(t *testing.T) {
 	if fmt.Sprint(seqs) != "[1 2 3 4 5 6]" {
 		t.Errorf("stored events %v; want both turns", seqs)
 	}
-	if _, err := inner.Get(ctx, p+"continuations/"+res.ContinuationToken); err != nil {
+	if _, err := inner.Get(ctx, p+"continuations/"+keys.TokenDigest(res.ContinuationToken)); err != nil {
 		t.Errorf("token after the retry: %v", err)
 	}
 	if info := rt.Info(); info.MirrorBacklog != 0 || obs.lastBacklog() != 0 {
@@ -304,7 +305,7 @@ func TestFailedMirrorWritesAreKeptAndRetried(t *testing.T) {
 	if _, err := rt.Continue(ctx, agent.ContinueRequest{Token: res3.ContinuationToken, Message: "four"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := inner.Get(ctx, p+"continuations/"+res3.ContinuationToken); err != nil || rt.Info().MirrorBacklog != 0 {
+	if _, err := inner.Get(ctx, p+"continuations/"+keys.TokenDigest(res3.ContinuationToken)); err != nil || rt.Info().MirrorBacklog != 0 {
 		t.Errorf("token after the retry: %v, backlog %d", err, rt.Info().MirrorBacklog)
 	}
 }

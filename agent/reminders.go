@@ -8,7 +8,6 @@ import (
 	"unicode/utf8"
 
 	"agentkit/agent/stateroot"
-	"agentkit/ledger"
 	"agentkit/reminder"
 	"agentkit/tool"
 )
@@ -76,24 +75,9 @@ func (r *Runtime) fireReminder(ctx context.Context, rem reminder.Reminder) error
 	}
 	defer exit()
 	ctx = context.WithoutCancel(ctx)
-	if r.led != nil {
-		err := r.fireLedgerReminder(ctx, rem.SessionID, rem.ID, rem.Message)
-		if errors.Is(err, ledger.ErrDeleted) || errors.Is(err, ledger.ErrUnknownSession) {
-			r.logger(rem.SessionID).Warn("agent: a reminder's session no longer exists; the reminder is dropped", "reminderId", rem.ID)
-			return nil
-		}
-		return err
-	}
-	if _, err := r.localOrStore(ctx, rem.SessionID); err != nil {
-		if errors.Is(err, ErrSessionNotFound) {
-			r.logger(rem.SessionID).Warn("agent: a reminder's session no longer exists; the reminder is dropped", "reminderId", rem.ID)
-			return nil
-		}
-		return err
-	}
-	_, err = r.runTurn(ctx, turnRequest{sessionID: rem.SessionID, message: rem.Message, source: SourceReminder})
+	_, err = r.path.submit(ctx, turnRequest{sessionID: rem.SessionID, reminder: rem.ID, message: rem.Message, source: SourceReminder})
 	if errors.Is(err, ErrSessionNotFound) {
-		r.logger(rem.SessionID).Warn("agent: a reminder's session was deleted; the reminder is dropped", "reminderId", rem.ID)
+		r.logger(rem.SessionID).Warn("agent: a reminder's session no longer exists; the reminder is dropped", "reminderId", rem.ID)
 		return nil
 	}
 	return err

@@ -23,7 +23,7 @@ const (
 	importBatchBytes = 8 << 20
 )
 
-// restore implements sessionMirror: it loads recent sessions from the
+// restore loads recent sessions from the
 // store at start-up, newest first, within the restore policy's caps. It
 // reads the session index, so its cost grows with the caps, not with the
 // store: the listing stops at the first session older than MaxAge, after
@@ -112,6 +112,8 @@ func (mr *storeMirror) restore(ctx context.Context) error {
 		res := <-pk.result
 		bytes += res.bytes
 		switch {
+		case errors.Is(res.err, ErrSessionMoved):
+			// Served by the ledger now: not restored here.
 		case errors.Is(res.err, ErrSessionNotFound):
 			// A stale index entry of a deleted session.
 			if err := mr.sessions.DeleteIndex(ctx, pk.entry.Key); err != nil {
@@ -243,6 +245,8 @@ func (mr *storeMirror) decodeLoaded(id string, l storage.Loaded, err error) (imp
 		return importedSession{}, l.Bytes, fmt.Errorf("%w: %s", ErrSessionNotFound, id)
 	case errors.Is(err, storage.ErrSessionDeleted):
 		return importedSession{}, l.Bytes, fmt.Errorf("%w: %s (deleted)", ErrSessionNotFound, id)
+	case errors.Is(err, storage.ErrSessionMoved):
+		return importedSession{}, l.Bytes, fmt.Errorf("%w: %w", ErrSessionMoved, err)
 	case err != nil:
 		return importedSession{}, l.Bytes, storeErr("loading session "+id, err)
 	}
@@ -293,8 +297,10 @@ func (mr *storeMirror) catchUp(ctx context.Context, id string, ms sessiondb.Mirr
 	l, err := mr.sessions.Load(ctx, id, storage.BatchRef{Number: ms.Batch, ID: ms.BatchID})
 	switch {
 	case errors.Is(err, storage.ErrSessionDeleted):
-		r.removeDeleted(ctx, id)
+		mr.removeDeleted(ctx, id)
 		return l.Bytes, nil
+	case errors.Is(err, storage.ErrSessionMoved):
+		return l.Bytes, nil // served by the ledger now
 	case err != nil:
 		return l.Bytes, err
 	case len(l.Batches) == 0 && !l.Diverged:
@@ -308,7 +314,8 @@ func (mr *storeMirror) catchUp(ctx context.Context, id string, ms sessiondb.Mirr
 	st.mirror.Lock()
 	defer st.mirror.Unlock()
 	st.state = nil
-	return l.Bytes, mr.adopt(ctx, id, l)
+	_, err = mr.adopt(ctx, st, id, l)
+	return l.Bytes, err
 }
 
 // importSession reads a session from the store (its head and batches, or
@@ -326,7 +333,9 @@ func (mr *storeMirror) importSession(ctx context.Context, id string) (int64, err
 	return n, err
 }
 
-// load implements sessionMirror: it loads a session on demand. Without
+// load loads a session that is not on local disk, on demand
+// (ErrSessionNotFound when the store does not have it,
+// ErrStoreUnavailable when it fails). Without
 // Get in the store, a session not on local disk is not found.
 func (mr *storeMirror) load(ctx context.Context, id string) error {
 	if !mr.r.caps.Get {
@@ -336,56 +345,14 @@ func (mr *storeMirror) load(ctx context.Context, id string) error {
 	return err
 }
 
-// resolve implements sessionMirror: it returns the id of the session a continuation token names:
-// from local disk, else through the store (the continuation record, then
-// the session, loaded onto local disk). A session deleted in the store is
-// an unknown token, whatever stray key still names it.
-func (mr *storeMirror) resolve(ctx context.Context, token string) (string, error) {
-	r := mr.r
-	if len(token) > maxTokenLen {
-		return "", ErrUnknownToken
-	}
-	if id, ok := r.tokens.get(token); ok {
-		return id, nil
-	}
-	id, err := r.db.SessionOfToken(ctx, token)
-	if err == nil {
-		r.tokens.put(token, id)
-		return id, nil
-	}
-	if !errors.Is(err, sessiondb.ErrNotFound) {
-		return "", err
-	}
-	if !r.caps.Get {
-		return "", ErrUnknownToken
-	}
-	id, err = mr.sessions.ResolveToken(ctx, token)
-	switch {
-	case errors.Is(err, kv.ErrNotFound):
-		return "", ErrUnknownToken
-	case storage.IsRecordError(err):
-		return "", fmt.Errorf("%w: the stored continuation record is unreadable: %w", ErrStoreUnavailable, err)
-	case err != nil:
-		return "", storeErr("resolving a continuation token", err)
-	}
-	if _, err := r.db.Get(ctx, id); err == nil {
-		return id, nil
-	}
-	if _, err := mr.importSession(ctx, id); err != nil {
-		if errors.Is(err, ErrSessionNotFound) {
-			return "", ErrUnknownToken // the session was deleted
-		}
-		return "", err
-	}
-	return id, nil
-}
-
 // removeDeleted removes here a session the store says was deleted (its
 // head is a tombstone): its events, token, reminders and workspace. The
 // caller holds the session's turn lock, or no turn can run on it.
-func (r *Runtime) removeDeleted(ctx context.Context, id string) {
+func (mr *storeMirror) removeDeleted(ctx context.Context, id string) {
+	r := mr.r
 	r.logger(id).Info("agent: the session was deleted on another host; removing this host's copy")
 	if err := r.removeLocal(ctx, id); err != nil {
 		r.logger(id).Warn("agent: removing a session deleted on another host failed", "error", err)
 	}
+	mr.forget(id)
 }

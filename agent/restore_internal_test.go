@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"agentkit/agent/sessiondb"
 	"agentkit/keys"
 	"agentkit/kv"
 	"agentkit/kv/memkv"
@@ -18,8 +19,9 @@ import (
 )
 
 // seed writes n sessions straight into a store through the record layer,
-// as a host would have committed them, session i updated at base + i
-// minutes. It returns the ids, oldest first.
+// as a host of this build would have committed them (its first start ran
+// the token migration on the empty store, which left its marker), session
+// i updated at base + i minutes. It returns the ids, oldest first.
 func seed(t *testing.T, db *kv.DB, agentName string, n int, base time.Time) []string {
 	t.Helper()
 	ctx := context.Background()
@@ -32,12 +34,15 @@ func seed(t *testing.T, db *kv.DB, agentName string, n int, base time.Time) []st
 		t.Fatal(err)
 	}
 	sessions := as.Sessions()
+	if _, err := sessions.MigrateTokens(ctx, "seed", nil); err != nil {
+		t.Fatal(err)
+	}
 	var ids []string
 	for i := range n {
 		id := fmt.Sprintf("s-%05d", i)
 		at := base.Add(time.Duration(i) * time.Minute)
 		ev, _ := json.Marshal(Event{SessionID: id, Seq: 1, Type: EventTurnStarted, At: at, Turn: 1, Message: "hi"})
-		meta := storage.SessionMeta{ID: id, ChannelID: "http", CreatedAt: at, UpdatedAt: at, Turns: 1, LastSeq: 1, ContinuationToken: "tok-" + id}
+		meta := storage.SessionMeta{ID: id, ChannelID: "http", CreatedAt: at, UpdatedAt: at, Turns: 1, LastSeq: 1, TokenDigest: keys.TokenDigest("tok-" + id)}
 		res, err := sessions.Commit(ctx, storage.CommitRequest{Writer: "seed", Meta: meta, BatchID: storage.NewBatchID(), Events: []json.RawMessage{ev}})
 		if err != nil || res.Outcome != storage.Committed {
 			t.Fatalf("seeding %s: %+v %v", id, res, err)
@@ -144,3 +149,62 @@ func TestSessionIndexKeyOrder(t *testing.T) {
 		}
 	}
 }
+
+// TestTheEmbeddedStoreCommitsInTheEventsWrite: with the embedded default
+// store, the bound store runs inside the session database's write
+// (kv.TxViewer), and a turn's commit goes with its events without the
+// mirror saying it could not.
+func TestTheEmbeddedStoreCommitsInTheEventsWrite(t *testing.T) {
+	ctx := context.Background()
+	echo, _ := model.NewEcho(nil)
+	logs := &errorLog{}
+	r, err := Open(ctx, Config{Agent: Agent{Name: "a", Model: echo}, StateRoot: t.TempDir(), Logger: slog.New(logs)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if r.embedded == nil {
+		t.Fatal("the runtime does not run on the embedded default store")
+	}
+	err = r.db.Write(ctx, func(tx *sessiondb.Tx) error {
+		db, err := r.txStore(tx)
+		if err != nil {
+			return err
+		}
+		if db.Name() != r.binding.DB().Name() || !db.Capabilities().Batch {
+			t.Errorf("the store in the write is %q %+v; want the bound store %q with its batch", db.Name(), db.Capabilities(), r.binding.DB().Name())
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("the bound store inside the session database's write: %v", err)
+	}
+	res, err := r.StartSession(ctx, StartRequest{Message: "hi"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.agentStore.Sessions().Load(ctx, res.SessionID, storage.BatchRef{}); err != nil {
+		t.Errorf("the store has no head for the session: %v", err)
+	}
+	if n := logs.count.Load(); n != 0 {
+		t.Errorf("%d error logs: %s", n, logs.last.Load())
+	}
+	if _, backlog, _ := r.path.stats(); backlog != 0 {
+		t.Errorf("the mirror owes %d sessions", backlog)
+	}
+}
+
+// errorLog counts error records.
+type errorLog struct {
+	count atomic.Int64
+	last  atomic.Value
+}
+
+func (h *errorLog) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelError }
+func (h *errorLog) Handle(_ context.Context, r slog.Record) error {
+	h.count.Add(1)
+	h.last.Store(r.Message)
+	return nil
+}
+func (h *errorLog) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *errorLog) WithGroup(string) slog.Handler      { return h }

@@ -42,8 +42,11 @@ type Runtime struct {
 	caps     kv.Capabilities
 	// agentStore is the agent's records in the store.
 	agentStore *storage.AgentStore
-	// mirror keeps sessions in the store.
-	mirror sessionMirror
+	// path is the serving mode's commit path (path.go): the store mirror
+	// in serving mode local, the ledger in serving mode ledger; lops its
+	// operators' calls (deadletters.go).
+	path commitPath
+	lops ledgerOps
 	// hostID names this host in what it writes to the store.
 	hostID string
 	// convs caches active sessions' conversations, tokens their
@@ -66,15 +69,15 @@ type Runtime struct {
 	ab        *abtest.Recorder
 	actors    *actor.Host  // the actors, session actors among them (actors.go)
 	actorDel  sync.RWMutex // orders session actor writes against session deletes (actors.go)
+	// actorsRefused, when set, is the answer to every actor state call
+	// (errActorStateLocal in serving mode ledger).
+	actorsRefused error
 
 	claims keyClaims // Idempotency-Keys of running requests
 
-	// led is the session ledger in serving mode ledger (nil in local);
-	// follows holds, per session with subscribers, the follower streaming
-	// its commits (guarded by mu), and followWG counts followers.
-	led      *ledger.Ledger
-	follows  map[string]*follower
-	followWG sync.WaitGroup
+	// led is the session ledger in serving mode ledger (nil in local),
+	// for its operators' calls (dead letters, statistics).
+	led *ledger.Ledger
 
 	mu       sync.Mutex
 	sessions map[string]*sessionState
@@ -99,10 +102,13 @@ type sessionState struct {
 	// the next commit need not read it again (nil: read it). Guarded by
 	// mirror.
 	known *storage.KnownHead
-	// state is the session's mirror state as the turn's beforeTurn read
+	// state is the session's mirror state as the turn's syncHead read
 	// it, for the turn's end (nil: read it again); any other write of the
 	// state clears it. Guarded by mirror.
 	state *sessiondb.MirrorState
+	// forks counts the forks recorded in the session while this state
+	// lived, so a turn learns that it was forked. Guarded by mirror.
+	forks int
 }
 
 // Open starts a runtime: it prepares and locks the state root, opens the
@@ -191,19 +197,30 @@ func Open(ctx context.Context, cfg Config) (*Runtime, error) {
 		return nil, err
 	}
 	r.bg, r.stopBg = context.WithCancel(context.WithoutCancel(ctx))
-	if cfg.Serving == ServingLedger {
+	r.lops = notLedger{}
+	switch {
+	case cfg.newPath != nil:
+		if r.path, err = cfg.newPath(r); err != nil {
+			return nil, err
+		}
+		r.migrateTokens(ctx, nil)
+	case cfg.Serving == ServingLedger:
 		// The ledger replaces the mirror: sessions live in the store's
 		// committed transcripts, read on demand.
-		if err := r.openLedger(); err != nil {
+		lp, err := r.openLedger()
+		if err != nil {
 			return nil, err
 		}
-	} else {
-		if err := r.mirror.flushBacklog(ctx); err != nil {
+		r.path, r.lops = lp, lp
+		r.actorsRefused = errActorStateLocal
+		r.migrateTokens(ctx, lp.rewriteTokens)
+	default:
+		mr := newStoreMirror(r, r.agentStore.Sessions())
+		r.path = mr
+		if err := mr.open(ctx); err != nil {
 			return nil, err
 		}
-		if err := r.mirror.restore(ctx); err != nil {
-			return nil, err
-		}
+		r.migrateTokens(ctx, nil)
 	}
 	if r.reminders, err = newReminders(ctx, r); err != nil {
 		return nil, err
@@ -213,11 +230,7 @@ func Open(ctx context.Context, cfg Config) (*Runtime, error) {
 	}
 	r.reminders.start(r)
 	r.startActors(ctx)
-	if r.led != nil {
-		r.startLedger()
-	} else {
-		r.mirror.start(r.bg)
-	}
+	r.path.start(r.bg)
 	r.sweepConversations(r.bg)
 	ok = true
 	return r, nil
@@ -226,17 +239,22 @@ func Open(ctx context.Context, cfg Config) (*Runtime, error) {
 // sweepConversations evicts idle conversations from the cache until ctx
 // ends.
 func (r *Runtime) sweepConversations(ctx context.Context) {
+	r.every(ctx, conversationIdle/4, func() { r.convs.sweep(r.now()) })
+}
+
+// every runs fn every d, in the background, until ctx ends.
+func (r *Runtime) every(ctx context.Context, d time.Duration, fn func()) {
 	r.bgWG.Add(1)
 	go func() {
 		defer r.bgWG.Done()
-		tick := time.NewTicker(conversationIdle / 4)
+		tick := time.NewTicker(d)
 		defer tick.Stop()
 		for {
 			select {
 			case <-ctx.Done():
 				return
 			case <-tick.C:
-				r.convs.sweep(r.now())
+				fn()
 			}
 		}
 	}()
@@ -286,7 +304,7 @@ func (r *Runtime) buildTools() error {
 
 // Info describes the running agent.
 func (r *Runtime) Info() Info {
-	failed, backlog, forks := r.mirror.stats()
+	failed, backlog, forks := r.path.stats()
 	return Info{
 		Agent:            r.agent.Name,
 		Model:            r.agent.Model.Name(),
@@ -334,18 +352,18 @@ func (r *Runtime) Close() error {
 		return nil
 	}
 	r.opMu.Unlock()
+	if r.path != nil {
+		r.path.drain() // no queued message starts from now on
+	}
 	if r.stopBg != nil {
 		r.stopBg()
 	}
 	r.bgWG.Wait()
-	r.closeLedger() // hands held sessions over once their running turns commit
-	r.ops.Wait()    // running turns and flushes
-	if r.led == nil {
-		r.mirror.save(context.Background(), true)
-	}
+	r.path.stop() // the ledger hands held sessions over once their running turns commit
+	r.ops.Wait()  // running turns and flushes
 	r.closeExperiments()
 	r.closeAllSubscribers()
-	r.followWG.Wait()
+	r.path.close()
 	r.mu.Lock()
 	for _, s := range r.sessions {
 		if s.timer != nil {
@@ -356,11 +374,43 @@ func (r *Runtime) Close() error {
 	return r.release()
 }
 
+// Drain tells the runtime that it is about to close, before the program
+// waits for its own work to end (a server for its running requests): in
+// serving mode ledger the sessions this host holds are handed over to the
+// other hosts as soon as their running turns end, with the messages queued
+// behind them left for those hosts, and new messages are refused with
+// ErrClosed, so a host that is shutting down starts no queued turn. In
+// serving mode local it does nothing: a turn runs on the request that
+// started it. Close drains too; calling Drain first is what keeps a
+// shutdown from running the queue while it waits.
+func (r *Runtime) Drain() {
+	if r.path != nil {
+		r.path.drain()
+	}
+}
+
+// Flush writes, now, what the store lacks of the sessions on this host: in
+// serving mode local, turns whose commit the store refused or never
+// answered, and their sessions' metadata, index entries and tokens (the
+// mirror's backlog, otherwise retried in the background). It returns how
+// many sessions the store still lacks something of: 0 once everything
+// owed is in the store. In serving mode ledger nothing is ever owed.
+// `agentkit flush` runs it on a stopped host before the agent moves to
+// serving mode ledger.
+func (r *Runtime) Flush(ctx context.Context) (int, error) {
+	exit, err := r.enter()
+	if err != nil {
+		return 0, err
+	}
+	defer exit()
+	return r.path.flushOwed(ctx)
+}
+
 // release closes what Open opened, in reverse order.
 func (r *Runtime) release() error {
 	var errs []error
-	if r.led != nil {
-		r.closeLedger() // an Open that failed after the ledger opened
+	if r.path != nil && r.closed.CompareAndSwap(false, true) {
+		r.path.stop() // an Open that failed after the path opened
 	}
 	if r.mem != nil {
 		errs = append(errs, r.mem.Close())

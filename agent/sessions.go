@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"os"
 	"strings"
-	"time"
 	"unicode/utf8"
 
 	"agentkit/agent/sessiondb"
@@ -120,33 +119,9 @@ func (r *Runtime) StartSession(ctx context.Context, req StartRequest) (TurnResul
 		return TurnResult{}, err
 	}
 	defer exit()
-	if r.led != nil {
-		return r.startLedgerSession(ctx, req)
-	}
-	idem, res, replayed, release, err := r.keyed(ctx, keyRouteStart, req.IdempotencyKey, startHash(req, req.ChannelID), "", req.OnEvent)
-	if err != nil || replayed {
-		return res, err
-	}
-	defer release()
-	now := r.now().UTC()
-	m := sessiondb.Meta{
-		ID:        newID(),
-		ChannelID: req.ChannelID,
-		Title:     req.Title,
-		CreatedAt: now,
-		UpdatedAt: now,
-		Token:     newToken(),
-	}
-	if err := os.MkdirAll(r.workspaceDir(m.ID), 0o700); err != nil {
-		return TurnResult{}, fmt.Errorf("agent: creating the session workspace: %w", err)
-	}
-	info := r.sessionInfo(m)
-	r.sessionStarted(ctx, info)
-	note := r.firstPromptNote(ctx, info)
-	return r.runTurn(ctx, turnRequest{
-		sessionID: m.ID, message: req.Message, files: req.WorkspaceFiles,
-		source: SourceAPI, note: note, onEvent: req.OnEvent, idem: idem,
-		enrolled: r.enroll(m.ID, m.ChannelID), created: &m,
+	return r.path.submit(ctx, turnRequest{
+		start: &req, message: req.Message, files: req.WorkspaceFiles, source: SourceAPI,
+		key: req.IdempotencyKey, hash: startHash(req, req.ChannelID), onEvent: req.OnEvent,
 	})
 }
 
@@ -234,6 +209,9 @@ func (r *Runtime) Continue(ctx context.Context, req ContinueRequest) (TurnResult
 	if req.Token == "" {
 		return TurnResult{}, invalid("continuationToken", "it is empty; send the continuationToken of an earlier turn")
 	}
+	if req.IfLastSeq < 0 {
+		return TurnResult{}, invalid("ifLastSeq", "%d is negative; send the lastSeq of an earlier answer, or leave it out", req.IfLastSeq)
+	}
 	for _, err := range []error{
 		checkText("message", req.Message, true, MaxMessageBytes),
 		checkFiles(req.WorkspaceFiles),
@@ -248,24 +226,22 @@ func (r *Runtime) Continue(ctx context.Context, req ContinueRequest) (TurnResult
 		return TurnResult{}, err
 	}
 	defer exit()
-	if r.led != nil {
-		return r.continueLedger(ctx, req)
-	}
-	id, err := r.mirror.resolve(ctx, req.Token)
+	id, err := r.resolveToken(ctx, req.Token)
 	if err != nil {
 		return TurnResult{}, err
 	}
-	idem, res, replayed, release, err := r.keyed(ctx, keyRouteContinue, req.IdempotencyKey, continueHash(req), id, req.OnEvent)
-	if err != nil || replayed {
-		return res, err
+	hash := ""
+	if req.IdempotencyKey != "" {
+		hash = continueHash(req)
 	}
-	defer release()
-	res, err = r.runTurn(ctx, turnRequest{
-		sessionID: id, message: req.Message, files: req.WorkspaceFiles,
-		source: SourceAPI, onEvent: req.OnEvent, idem: idem, noWait: req.NoWait,
+	res, err := r.path.submit(ctx, turnRequest{
+		sessionID: id, token: req.Token, message: req.Message, files: req.WorkspaceFiles, source: SourceAPI,
+		key: req.IdempotencyKey, hash: hash, onEvent: req.OnEvent, noWait: req.NoWait,
+		ifLastSeq: req.IfLastSeq,
 	})
 	if errors.Is(err, ErrSessionNotFound) {
-		// Deleted (here or on another host) since the token was issued.
+		// Deleted (here or on another host) since the token was issued,
+		// or never in this mode's store.
 		return TurnResult{}, fmt.Errorf("%w: %w", ErrUnknownToken, err)
 	}
 	return res, err
@@ -287,29 +263,13 @@ func (r *Runtime) GetSession(ctx context.Context, id string) (Session, error) {
 	return sessionOf(m), nil
 }
 
-// localOrStore returns a session's row, loading it from the store when it
-// is not here.
+// localOrStore returns a session's row, the local copy brought up to
+// the store's by the commit path.
 func (r *Runtime) localOrStore(ctx context.Context, id string) (sessiondb.Meta, error) {
 	if id == "" {
 		return sessiondb.Meta{}, invalid("sessionId", "it is empty")
 	}
-	if r.led != nil {
-		// Serving mode ledger: the committed transcript is the truth, and
-		// the local copy is brought up to it.
-		m, _, err := r.syncLedger(ctx, id)
-		return m, err
-	}
-	m, err := r.db.Get(ctx, id)
-	if err == nil {
-		return m, nil
-	}
-	if !errors.Is(err, sessiondb.ErrNotFound) {
-		return m, err
-	}
-	if err := r.mirror.load(ctx, id); err != nil {
-		return m, err
-	}
-	return r.db.Get(ctx, id)
+	return r.path.session(ctx, id)
 }
 
 func sessionOf(m sessiondb.Meta) Session {
@@ -360,28 +320,7 @@ func (r *Runtime) ListSessions(ctx context.Context, limit int, cur string) (Sess
 	if err != nil {
 		return SessionPage{}, err
 	}
-	if r.led != nil {
-		return r.listLedgerSessions(ctx, limit, c)
-	}
-	var after *sessiondb.Cursor
-	if c != nil {
-		after = &sessiondb.Cursor{UpdatedAt: time.Unix(0, c.U), ID: c.I}
-	}
-	rows, err := r.db.List(ctx, limit+1, after)
-	if err != nil {
-		return SessionPage{}, err
-	}
-	page := SessionPage{Sessions: []Session{}}
-	for i, m := range rows {
-		if i == limit {
-			last := rows[limit-1]
-			b, _ := json.Marshal(cursor{U: last.UpdatedAt.UnixNano(), I: last.ID})
-			page.NextCursor = base64.RawURLEncoding.EncodeToString(b)
-			break
-		}
-		page.Sessions = append(page.Sessions, sessionOf(m))
-	}
-	return page, nil
+	return r.path.list(ctx, limit, c)
 }
 
 func pageSize(limit int) (int, error) {
@@ -490,38 +429,7 @@ func (r *Runtime) DeleteSession(ctx context.Context, id string) error {
 	if _, err := r.localOrStore(ctx, id); err != nil {
 		return err
 	}
-	if r.led != nil {
-		// A fenced change of the control record: the holder's next commit
-		// fails, and every host's next read finds the session gone.
-		if err := r.led.Delete(ctx, id); err != nil {
-			return ledgerErr(id, err)
-		}
-		return r.removeLocal(ctx, id)
-	}
-	st, release, err := r.lockSession(ctx, id)
-	if err != nil {
-		return err
-	}
-	defer release()
-	r.mu.Lock()
-	if st.timer != nil {
-		st.timer.Stop()
-		st.timer = nil
-	}
-	r.mu.Unlock()
-	st.mirror.Lock()
-	defer st.mirror.Unlock()
-	m, err := r.db.Get(ctx, id)
-	if err != nil {
-		if errors.Is(err, sessiondb.ErrNotFound) {
-			return ErrSessionNotFound
-		}
-		return err
-	}
-	if err := r.mirror.deleteSession(ctx, m); err != nil {
-		return err
-	}
-	return r.removeLocal(ctx, id)
+	return r.path.remove(ctx, id)
 }
 
 // removeLocal removes a session from this host: its reminders, its records
@@ -549,7 +457,6 @@ func (r *Runtime) removeLocal(ctx context.Context, id string) error {
 	}
 	r.convs.drop(id)
 	r.tokens.drop(id)
-	r.mirror.forget(id)
 	if err := r.db.Delete(ctx, id); err != nil {
 		return err
 	}

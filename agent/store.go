@@ -16,7 +16,7 @@ import (
 // store once (storage.Define), with every operation observed once inside
 // package kv for the Observer's StoreOp. It builds the record views the
 // runtime uses: host KV, the session records (through the mirror) and the
-// reminder records.
+// reminder records; Open builds the commit path on them.
 func (r *Runtime) openStore(ctx context.Context) error {
 	backend := r.cfg.Store
 	name := r.cfg.StoreName
@@ -53,7 +53,6 @@ func (r *Runtime) openStore(ctx context.Context) error {
 	if r.hostID, err = r.root.HostID(); err != nil {
 		return fmt.Errorf("agent: %w", err)
 	}
-	r.mirror = newStoreMirror(r, r.agentStore.Sessions())
 	return nil
 }
 
@@ -93,12 +92,9 @@ func (r *Runtime) openDefaultStore(ctx context.Context) (*sessiondb.Store, error
 	return st, nil
 }
 
-// txStore returns the embedded default store seen inside the session
-// database's write tx, observed as the binding's store is.
+// txStore returns the store as the session database's write tx sees it:
+// the bound store itself (observed once), through the embedded default
+// store's transaction capability (kv.TxViewer).
 func (r *Runtime) txStore(tx *sessiondb.Tx) (*kv.DB, error) {
-	db, err := kv.New("sqlite", tx.Store())
-	if err != nil {
-		return nil, err
-	}
-	return db.WithObserver(r.storeObs), nil
+	return r.binding.DB().InTx(tx)
 }

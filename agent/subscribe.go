@@ -21,7 +21,7 @@ type subscriber struct {
 // session is deleted or the runtime closes.
 func (r *Runtime) Subscribe(sessionID string) (<-chan Event, func()) {
 	s := &subscriber{ch: make(chan Event, subscriberBuffer)}
-	head := r.ledgerHead(sessionID) // read before the lock: a store call
+	follow := r.path.follow(sessionID) // before the lock: it may read the store
 	r.mu.Lock()
 	if r.closed.Load() {
 		r.mu.Unlock()
@@ -34,7 +34,7 @@ func (r *Runtime) Subscribe(sessionID string) (<-chan Event, func()) {
 		r.subs[sessionID] = set
 	}
 	set[s] = struct{}{}
-	r.followLocked(sessionID, head)
+	follow()
 	r.mu.Unlock()
 	return s.ch, func() {
 		r.mu.Lock()
@@ -45,7 +45,7 @@ func (r *Runtime) Subscribe(sessionID string) (<-chan Event, func()) {
 				close(s.ch)
 				if len(set) == 0 {
 					delete(r.subs, sessionID)
-					r.unfollowLocked(sessionID)
+					r.path.unfollow(sessionID)
 				}
 			}
 		}
@@ -72,7 +72,7 @@ func (r *Runtime) closeSubscribers(sessionID string) {
 		close(s.ch)
 	}
 	delete(r.subs, sessionID)
-	r.unfollowLocked(sessionID)
+	r.path.unfollow(sessionID)
 }
 
 // closeAllSubscribers ends every subscription.
@@ -84,7 +84,7 @@ func (r *Runtime) closeAllSubscribers() {
 			close(s.ch)
 		}
 		delete(r.subs, id)
-		r.unfollowLocked(id)
+		r.path.unfollow(id)
 	}
 }
 

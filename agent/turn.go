@@ -3,7 +3,6 @@ package agent
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"slices"
@@ -12,51 +11,72 @@ import (
 
 	"agentkit/abtest"
 	"agentkit/agent/sessiondb"
-	"agentkit/ledger"
+	"agentkit/memory"
 	"agentkit/model"
 	"agentkit/tool"
 	"agentkit/workspace"
 )
 
-// turnRequest is one turn to run.
+// turnRequest is a turn request as the commit path gets it (submit): a
+// new session's first message, a client's follow-up, or a reminder's.
 type turnRequest struct {
+	// start is set for a new session: its channel, title and the rest.
+	start *StartRequest
+	// sessionID and token name the session of a follow-up.
 	sessionID string
+	token     string
 	message   string
 	files     map[string]string
-	source    string
-	note      string // the first-prompt note (first turn only)
+	source    string // SourceAPI or SourceReminder
+	// reminder is the id of the reminder firing (source SourceReminder).
+	reminder string
+	// key and hash are the request's Idempotency-Key and request hash
+	// (idempotency.go), or empty.
+	key, hash string
 	onEvent   func(Event)
-	enrolled  map[string]string // A/B variants (first turn only)
-	idem      *Idempotency      // the request's Idempotency-Key, recorded with turn.started
-	noWait    bool              // a busy session is ErrBusy at once
-	created   *sessiondb.Meta   // a new session's row, stored with its first events
+	noWait    bool  // a busy session is ErrBusy at once
+	ifLastSeq int64 // the follow-up's precondition (ContinueRequest.IfLastSeq)
+}
+
+// route is the Idempotency-Key route of the request.
+func (req turnRequest) route() string {
+	if req.start != nil {
+		return keyRouteStart
+	}
+	return keyRouteContinue
+}
+
+// turnInput is what runTurn needs of a turn beyond its commit path: the
+// message and how it came.
+type turnInput struct {
+	message string
+	files   map[string]string
+	source  string
+	onEvent func(Event)
+	// idem is the request's Idempotency-Key, recorded with turn.started
+	// (serving mode local); eventID the consumed ledger event's id
+	// (serving mode ledger).
+	idem    *Idempotency
+	eventID string
 }
 
 // turn is a running turn.
 type turn struct {
 	r       *Runtime
-	st      *sessionState
-	meta    sessiondb.Meta // the session's row, with the turn's events so far
-	number  int64
-	onEvent func(Event)
+	tc      turnCommit      // the turn's commit path
+	meta    sessiondb.Meta  // the session's row, with the turn's events so far
+	number  int64           // the turn's number: the session's turns before it, plus one
+	onEvent func(Event)     // the caller's, for events as they are published
 	ctx     context.Context // for local writes: not canceled with the caller
 	model   model.Model     // the agent's, or the session's A/B variant's
 	failure error           // the model error that failed the turn, if one did
-	created *sessiondb.Meta // a new session's row, until its first flush
 	conv    *conversation   // the session's conversation, with the turn's events
 	system  string          // the system prompt
 
-	// pending are the events recorded but not yet on disk, and recs their
-	// stored form: flush writes them in one transaction, then publishes
-	// them.
+	// pending are the events recorded and not yet written or published,
+	// and recs their stored form (what the commit path writes).
 	pending []Event
 	recs    []sessiondb.Record
-
-	// led is the ledger's turn in serving mode ledger (nil in local): the
-	// turn's events then go to out, committed with the turn, and nothing
-	// is written to the session database before the commit (ledger.go).
-	led *ledger.Turn
-	out []json.RawMessage
 	// toolCalls counts the turn's tool calls, for their idempotency keys.
 	toolCalls int
 }
@@ -67,55 +87,55 @@ type turn struct {
 // one write with the answer.
 const publishDelay = 20 * time.Millisecond
 
-// runTurn runs one turn of a session: it waits for the session's previous
-// turn, brings the local copy up to the store's (the mirror's beforeTurn),
-// records turn.started, runs the model/tool loop, records turn.finished,
-// flushes the mirror and runs the AfterTurn hooks.
+// runTurn runs one turn of a session on its commit path, in every serving
+// mode: tc.begin brings the local copy up to the store's; a session's
+// first turn runs the OnSessionStart and FirstPrompt hooks and enrols it
+// in the A/B experiments; turn.started is recorded, the model/tool loop
+// runs (tc.check before every model and tool call, tc.flush before a tool
+// runs and when a model call outlasts publishDelay), turn.finished is
+// recorded and tc.commit commits the turn. Only after the commit do its
+// effects run: the AfterTurn hooks, the memory journal's record, the A/B
+// sample and the Observer's TurnFinished. The caller holds the session
+// (its turn lock, or the ledger's lease).
 //
-// Events are durable before anyone sees them: a recorded event waits in
-// memory until flush writes it (with the others waiting and the session's
-// row, in one transaction of the session database) and only then is
-// published to subscribers and OnEvent. A turn flushes before a tool runs,
-// when a model call outlasts publishDelay, and at its end, so a turn with
-// a quick model answer writes its events once.
-func (r *Runtime) runTurn(ctx context.Context, req turnRequest) (TurnResult, error) {
-	lockCtx := ctx
-	if req.noWait {
-		lockCtx = noWaitContext(ctx)
-	}
-	st, release, err := r.lockSession(lockCtx, req.sessionID)
+// Events are durable before anyone sees them: the commit path writes (or
+// commits) a recorded event before it publishes it.
+func (r *Runtime) runTurn(ctx context.Context, tc turnCommit, in turnInput) (TurnResult, error) {
+	wctx := context.WithoutCancel(ctx)
+	m, err := tc.begin(wctx)
 	if err != nil {
 		return TurnResult{}, err
 	}
-	defer release()
-	wctx := context.WithoutCancel(ctx)
-	var m sessiondb.Meta
-	if req.created != nil {
-		m = *req.created
-		r.mirror.created(st, m.ID)
-	} else {
-		m, err = r.mirror.beforeTurn(wctx, st, req.sessionID)
-		if errors.Is(err, sessiondb.ErrNotFound) {
-			return TurnResult{}, fmt.Errorf("%w: %s (deleted while the turn waited)", ErrSessionNotFound, req.sessionID)
+	first := m.Turns == 0
+	var note string
+	var enrolled map[string]string
+	if first {
+		if err := os.MkdirAll(r.workspaceDir(m.ID), 0o700); err != nil {
+			return TurnResult{}, fmt.Errorf("agent: creating the session workspace: %w", err)
 		}
-		if err != nil {
-			return TurnResult{}, err
-		}
+		info := r.sessionInfo(m)
+		r.sessionStarted(ctx, info)
+		note = r.firstPromptNote(ctx, info)
+		enrolled = r.enroll(m.ID, m.ChannelID)
 	}
-	ctx, cancel := r.turnContext(ctx)
-	defer cancel()
 	conv, err := r.loadConversation(wctx, m.ID, r.convs.take(m.ID), m.LastSeq)
 	if err != nil {
 		r.convs.put(m.ID, nil, r.now())
 		return TurnResult{}, err
 	}
-	t := &turn{r: r, st: st, meta: m, number: m.Turns + 1, onEvent: req.onEvent, ctx: wctx, conv: conv, created: req.created}
-	defer func() { r.convs.put(m.ID, t.conv, r.now()) }()
-	note := conv.note
-	if m.Turns == 0 {
-		note = req.note
+	t := &turn{r: r, tc: tc, meta: m, number: m.Turns + 1, onEvent: in.onEvent, ctx: wctx, conv: conv}
+	committed := false
+	defer func() {
+		if committed {
+			r.convs.put(m.ID, t.conv, r.now())
+		} else {
+			r.convs.put(m.ID, nil, r.now()) // it may hold events that did not count
+		}
+	}()
+	if !first {
+		note = conv.note
 	}
-	vs, err := r.setupFor(wctx, m.ID, m.Turns == 0, req.enrolled)
+	vs, err := r.setupFor(wctx, m.ID, first, enrolled)
 	if err != nil {
 		return TurnResult{}, err
 	}
@@ -129,21 +149,23 @@ func (r *Runtime) runTurn(ctx context.Context, req turnRequest) (TurnResult, err
 		return TurnResult{}, fmt.Errorf("agent: the session workspace: %w", err)
 	}
 	defer ws.Close()
-	if m.Turns == 0 && len(r.agent.WorkspaceSeed) > 0 {
+	if first && len(r.agent.WorkspaceSeed) > 0 {
 		if err := workspace.Seed(ws, r.agent.WorkspaceSeed); err != nil {
 			return TurnResult{}, fmt.Errorf("agent: seeding the workspace: %w", err)
 		}
 	}
-	if len(req.files) > 0 {
-		if err := workspace.Seed(ws, req.files); err != nil {
+	if len(in.files) > 0 {
+		if err := workspace.Seed(ws, in.files); err != nil {
 			return TurnResult{}, workspaceFilesError(err)
 		}
 	}
+	tctx, cancel := r.turnContext(ctx)
+	defer cancel()
 
 	started := r.now()
 	t.meta.Turns = t.number
-	startEv := Event{Type: EventTurnStarted, Source: req.source, Message: req.message, Note: note, Idempotency: req.idem}
-	if m.Turns == 0 {
+	startEv := Event{Type: EventTurnStarted, Source: in.source, Message: in.message, Note: note, Idempotency: in.idem, EventID: in.eventID}
+	if first {
 		startEv.Experiments = vs.enrolled
 	}
 	if err := t.record(startEv); err != nil {
@@ -159,9 +181,9 @@ func (r *Runtime) runTurn(ctx context.Context, req turnRequest) (TurnResult, err
 		Actor:     r.toolActor(m.ID),
 		Logger:    r.logger(m.ID),
 	}
-	status, result, usage, loopErr := t.loop(abtest.WithOptions(ctx, vs.options), env)
-	if loopErr != nil {
-		return TurnResult{}, loopErr
+	status, result, usage, err := t.loop(abtest.WithOptions(tctx, vs.options), env)
+	if err != nil {
+		return TurnResult{}, err
 	}
 
 	finished := r.now()
@@ -171,22 +193,27 @@ func (r *Runtime) runTurn(ctx context.Context, req turnRequest) (TurnResult, err
 	if err := t.record(Event{Type: EventTurnFinished, Status: status, Result: result, Usage: &u, DurationMS: dur.Milliseconds()}); err != nil {
 		return TurnResult{}, err
 	}
-	if err := r.mirror.endTurn(wctx, st, m.ID, turnEnd{meta: t.meta, recs: t.recs, write: t.flushWith}); err != nil {
+	lastSeq := t.meta.LastSeq
+	if err := tc.commit(ctx, t); err != nil {
 		return TurnResult{}, err
 	}
+	committed = true
+	// Only now does the turn count: its effects follow the commit.
 	r.afterTurn(wctx, TurnInfo{
 		AgentName: r.agent.Name, StateRoot: r.root.Dir(),
 		SessionID: m.ID, ChannelID: m.ChannelID, Title: m.Title,
-		Turn: t.number, Source: req.source, UserMessage: req.message,
+		Turn: t.number, Source: in.source, UserMessage: in.message,
 		Status: status, Result: result, Usage: usage,
 		StartedAt: started, FinishedAt: finished,
 	})
 	r.recordABs(wctx, vs, m.ID, t.number, turnOf(status, &usage, dur, finished))
 	r.obs.TurnFinished(status, dur)
+	// The continuation token is the submitting path's to give: only its
+	// digest is stored.
 	return TurnResult{
-		SessionID:         m.ID,
-		ContinuationToken: m.Token,
-		Turn:              Turn{Status: status, Result: result, Usage: usage, Retryable: temporary(t.failure)},
+		SessionID: m.ID,
+		Turn:      Turn{Status: status, Result: result, Usage: usage, Retryable: temporary(t.failure)},
+		LastSeq:   lastSeq,
 	}, nil
 }
 
@@ -295,24 +322,21 @@ func (t *turn) generate(ctx context.Context, req model.Request) (resp model.Resp
 	return a.resp, a.err, ferr
 }
 
-// check is the ledger's fence before a side effect (a model call, a tool
-// call): in serving mode ledger it fails once this host may no longer hold
-// the session (ledger.Turn.Check); in local mode it never fails.
-func (t *turn) check() error {
-	if t.led == nil {
-		return nil
-	}
-	return t.led.Check()
-}
+// check is the commit path's fence before a side effect (a model call, a
+// tool call): in serving mode ledger it fails once this host may no
+// longer hold the session (ledger.Turn.Check).
+func (t *turn) check() error { return t.tc.check() }
+
+// flush hands the events recorded so far to the commit path, which writes
+// and publishes them (serving mode local) or keeps them for the commit
+// (serving mode ledger).
+func (t *turn) flush() error { return t.tc.flush(t) }
 
 // idempotencyKey is the key of the turn's n-th tool call:
 // {sessionId}/{turn}/{n}. In serving mode ledger the turn number is the
 // commit sequence the turn commits as, so every attempt of a turn gives
 // the same call the same key.
 func (t *turn) idempotencyKey(n int) string {
-	if t.led != nil {
-		return t.led.IdempotencyKey(n)
-	}
 	return fmt.Sprintf("%s/%d/%d", t.meta.ID, t.number, n)
 }
 
@@ -347,7 +371,7 @@ func (t *turn) runTool(ctx context.Context, env *tool.Env, name string, args jso
 }
 
 // record adds one event to the turn: numbered, encoded, folded into the
-// conversation and kept in memory until the next flush writes it.
+// conversation and kept in memory until the commit path writes it.
 func (t *turn) record(ev Event) error {
 	r := t.r
 	ev.SessionID = t.meta.ID
@@ -363,34 +387,27 @@ func (t *turn) record(ev Event) error {
 	}
 	t.meta.LastSeq = ev.Seq
 	t.meta.UpdatedAt = ev.At
-	if t.led != nil {
-		t.out = append(t.out, data)
-		return nil
-	}
 	t.pending = append(t.pending, ev)
 	t.recs = append(t.recs, sessiondb.Record{SessionID: ev.SessionID, Seq: ev.Seq, At: ev.At, Type: ev.Type, Data: data})
 	return nil
 }
 
-// flush writes the pending events and the session's row in one transaction
-// of the local database, then publishes them, in order, to subscribers and
-// the turn's OnEvent, and tells the mirror (the debounce timer). An event
-// is never published before it is on disk. A failed write fails the turn:
-// its pending events were never published, and the conversation is
-// dropped so that the next turn rebuilds it from what is on disk.
-func (t *turn) flush() error { return t.flushWith(nil) }
-
-// flushWith is flush, running extra (when set) in the same transaction
-// after the events are written: the mirror's part of a turn's last write
-// (sessionMirror.endTurn).
-func (t *turn) flushWith(extra func(tx *sessiondb.Tx) error) error {
-	if t.led != nil || len(t.pending) == 0 && extra == nil {
+// writeLocal writes the pending events and the session's row in one
+// transaction of the local database (with created, a new session's row,
+// first, and extra, when set, last, in the same transaction), then
+// publishes them, in order, to subscribers and the turn's OnEvent. An
+// event is never published before it is on disk. A failed write fails
+// the turn: its pending events were never published, and the
+// conversation is dropped so that the next turn rebuilds it from what is
+// on disk. It is how the store mirror records a turn's events.
+func (t *turn) writeLocal(created *sessiondb.Meta, extra func(tx *sessiondb.Tx) error) error {
+	if len(t.pending) == 0 && extra == nil && created == nil {
 		return nil
 	}
 	r := t.r
 	err := r.db.Write(t.ctx, func(tx *sessiondb.Tx) error {
-		if t.created != nil {
-			if err := tx.Put(*t.created); err != nil {
+		if created != nil {
+			if err := tx.Put(*created); err != nil {
 				return err
 			}
 		}
@@ -417,9 +434,19 @@ func (t *turn) flushWith(extra func(tx *sessiondb.Tx) error) error {
 			t.onEvent(ev)
 		}
 	}
-	t.pending, t.recs, t.created = t.pending[:0], t.recs[:0], nil
-	r.mirror.recorded(t.st, t.meta.ID)
+	t.pending, t.recs = t.pending[:0], t.recs[:0]
 	return nil
+}
+
+// events returns the stored form of every event the turn recorded and
+// has not written: all of them on a path that keeps events for the
+// commit.
+func (t *turn) events() []json.RawMessage {
+	out := make([]json.RawMessage, len(t.recs))
+	for i, rec := range t.recs {
+		out[i] = rec.Data
+	}
+	return out
 }
 
 // afterTurn runs the agent's AfterTurn hook and the memory journal's.
@@ -438,3 +465,21 @@ func systemPrompt(instructions, note string) string {
 	parts := slices.DeleteFunc([]string{strings.TrimSpace(instructions), note}, func(s string) bool { return s == "" })
 	return strings.Join(parts, "\n\n")
 }
+
+// memoryTurn converts a finished turn for the memory journal.
+func memoryTurn(t TurnInfo) memory.TurnInfo {
+	mt := memory.TurnInfo{
+		SessionID: t.SessionID, ChannelID: t.ChannelID, Title: t.Title,
+		UserMessage: t.UserMessage, Result: t.Result, Usage: t.Usage,
+		FinishedAt: t.FinishedAt,
+	}
+	if t.Status == StatusFailed {
+		mt.Err = failure(t.Result)
+	}
+	return mt
+}
+
+// failure is a turn's failure message as an error.
+type failure string
+
+func (f failure) Error() string { return string(f) }

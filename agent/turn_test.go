@@ -9,9 +9,11 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"agentkit/agent"
 	"agentkit/kv/memkv"
+	"agentkit/ledger"
 	"agentkit/model"
 	"agentkit/tool"
 )
@@ -33,7 +35,67 @@ var addTool = tool.Tool{
 
 func jsonInt(n int) string { b, _ := json.Marshal(n); return string(b) }
 
-func TestTurnRunsToolsAndSumsUsage(t *testing.T) {
+// opener opens a runtime for one test of the turn suite, on one commit
+// path.
+type opener func(testing.TB, agent.Config) *agent.Runtime
+
+// turnSuite is the turn's behaviour, run on every commit path by
+// TestTurnSuite: each test takes the opener of its path.
+var turnSuite = []struct {
+	name string
+	run  func(*testing.T, opener)
+	// local is set for a test that reads a turn's effects (its hooks,
+	// its journal record) as soon as the turn answers: in serving mode
+	// ledger the answer comes with the commit and the effects follow it
+	// on the holder, so the test runs on the paths that answer after them.
+	local bool
+}{
+	{name: "TurnRunsToolsAndSumsUsage", run: testTurnRunsToolsAndSumsUsage},
+	{name: "StepLimitFailsTheTurn", run: testStepLimitFailsTheTurn},
+	{name: "ModelErrorFailsTheTurn", run: testModelErrorFailsTheTurn},
+	{name: "UnknownToolAndBadArguments", run: testUnknownToolAndBadArguments},
+	{name: "HistoryHooksAndFirstPrompt", run: testHistoryHooksAndFirstPrompt, local: true},
+	{name: "EffectsFollowTheCommit", run: testEffectsFollowTheCommit},
+	{name: "MemoryOff", run: testMemoryOff},
+	{name: "MemoryOffKeepsEarlierRecords", run: testMemoryOffKeepsEarlierRecords},
+	{name: "Subscribe", run: testSubscribe},
+	{name: "InvalidRequests", run: testInvalidRequests},
+	{name: "WorkspaceFilesAndMemoryView", run: testWorkspaceFilesAndMemoryView},
+	{name: "HostKVAndFilesFromATool", run: testHostKVAndFilesFromATool},
+	{name: "WorkspaceSeedCopiedIntoNewSessions", run: testWorkspaceSeedCopiedIntoNewSessions},
+	{name: "AnEventIsOnDiskBeforeAnyoneSeesIt", run: testAnEventIsOnDiskBeforeAnyoneSeesIt},
+}
+
+// TestTurnSuite runs the turn suite on serving mode local (the store
+// mirror), on serving mode ledger (over the memory driver) and on a test
+// double of the commit path (agent.WithCommitPathDouble): the turn is one
+// function whatever path commits it.
+func TestTurnSuite(t *testing.T) {
+	paths := []struct {
+		name string
+		open opener
+	}{
+		{"local", open},
+		{"double", func(t testing.TB, cfg agent.Config) *agent.Runtime { return open(t, agent.WithCommitPathDouble(cfg)) }},
+		{"ledger", func(t testing.TB, cfg agent.Config) *agent.Runtime {
+			cfg.Serving = agent.ServingLedger
+			cfg.Ledger = agent.LedgerOptions{Tuning: ledger.Tuning{FollowInterval: 20 * time.Millisecond, JanitorInterval: 50 * time.Millisecond}, AllowProcessLocal: true}
+			return open(t, cfg)
+		}},
+	}
+	for _, p := range paths {
+		t.Run(p.name, func(t *testing.T) {
+			for _, tc := range turnSuite {
+				if tc.local && p.name == "ledger" {
+					continue
+				}
+				t.Run(tc.name, func(t *testing.T) { tc.run(t, p.open) })
+			}
+		})
+	}
+}
+
+func testTurnRunsToolsAndSumsUsage(t *testing.T, open opener) {
 	m := echoModel(t,
 		model.EchoStep{Tool: "add", Args: map[string]any{"a": 2, "b": 3}},
 		model.EchoStep{Tool: "add", Args: map[string]any{"a": -1, "b": 3}},
@@ -94,7 +156,7 @@ func TestTurnRunsToolsAndSumsUsage(t *testing.T) {
 	}
 }
 
-func TestStepLimitFailsTheTurn(t *testing.T) {
+func testStepLimitFailsTheTurn(t *testing.T, open opener) {
 	loop := make([]model.EchoStep, 10)
 	for i := range loop {
 		loop[i] = model.EchoStep{Tool: "add", Args: map[string]any{"a": 1, "b": 1}}
@@ -119,7 +181,7 @@ func TestStepLimitFailsTheTurn(t *testing.T) {
 	}
 }
 
-func TestModelErrorFailsTheTurn(t *testing.T) {
+func testModelErrorFailsTheTurn(t *testing.T, open opener) {
 	rt := open(t, agent.Config{Agent: agent.Agent{Model: echoModel(t, model.EchoStep{Error: "quota exceeded"})}})
 	res := start(t, rt, "hi")
 	if res.Turn.Status != agent.StatusFailed || !strings.Contains(res.Turn.Result, "model error") || !strings.Contains(res.Turn.Result, "quota exceeded") {
@@ -136,7 +198,7 @@ func TestModelErrorFailsTheTurn(t *testing.T) {
 	}
 }
 
-func TestUnknownToolAndBadArguments(t *testing.T) {
+func testUnknownToolAndBadArguments(t *testing.T, open opener) {
 	calls := 0
 	rec := &recorder{}
 	rec.answer = func(req model.Request) (model.Response, error) {
@@ -171,7 +233,7 @@ func TestUnknownToolAndBadArguments(t *testing.T) {
 	}
 }
 
-func TestHistoryHooksAndFirstPrompt(t *testing.T) {
+func testHistoryHooksAndFirstPrompt(t *testing.T, open opener) {
 	rec := &recorder{}
 	var started []agent.SessionInfo
 	var after []agent.TurnInfo
@@ -236,7 +298,7 @@ func TestHistoryHooksAndFirstPrompt(t *testing.T) {
 	}
 }
 
-func TestMemoryOff(t *testing.T) {
+func testMemoryOff(t *testing.T, open opener) {
 	rec := &recorder{}
 	rt := open(t, agent.Config{Agent: agent.Agent{Model: rec}, Memory: agent.Memory{Off: true}})
 	start(t, rt, "x")
@@ -253,7 +315,7 @@ func TestMemoryOff(t *testing.T) {
 
 // TestMemoryOffKeepsEarlierRecords: turning memory off stops new journal
 // records and leaves the ones already written.
-func TestMemoryOffKeepsEarlierRecords(t *testing.T) {
+func testMemoryOffKeepsEarlierRecords(t *testing.T, open opener) {
 	root := t.TempDir()
 	store := memkv.New()
 	journal := filepath.Join(root, "memory", "journal.jsonl")
@@ -283,7 +345,7 @@ func TestMemoryOffKeepsEarlierRecords(t *testing.T) {
 	}
 }
 
-func TestSubscribe(t *testing.T) {
+func testSubscribe(t *testing.T, open opener) {
 	rt := open(t, agent.Config{Agent: agent.Agent{Model: echoModel(t, model.EchoStep{Tool: "list_files"}, model.EchoStep{Text: "done"})}})
 	res := start(t, rt, "first")
 	ch, cancel := rt.Subscribe(res.SessionID)
@@ -315,7 +377,7 @@ func TestSubscribe(t *testing.T) {
 	}
 }
 
-func TestInvalidRequests(t *testing.T) {
+func testInvalidRequests(t *testing.T, open opener) {
 	rt := open(t, agent.Config{})
 	ctx := context.Background()
 	check := func(err error, field string) {
@@ -348,7 +410,7 @@ func TestInvalidRequests(t *testing.T) {
 	}
 }
 
-func TestWorkspaceFilesAndMemoryView(t *testing.T) {
+func testWorkspaceFilesAndMemoryView(t *testing.T, open opener) {
 	m := echoModel(t,
 		model.EchoStep{Tool: "read_file", Args: map[string]any{"path": "notes/todo.md"}},
 		model.EchoStep{Tool: "read_file", Args: map[string]any{"path": "memory/journal.jsonl"}},
@@ -374,7 +436,7 @@ func TestWorkspaceFilesAndMemoryView(t *testing.T) {
 	}
 }
 
-func TestHostKVAndFilesFromATool(t *testing.T) {
+func testHostKVAndFilesFromATool(t *testing.T, open opener) {
 	kvTool := tool.Tool{
 		Spec: model.ToolSpec{Name: "remember"},
 		Run: func(ctx context.Context, env *tool.Env, args json.RawMessage) (string, error) {
@@ -413,7 +475,7 @@ func TestHostKVAndFilesFromATool(t *testing.T) {
 	}
 }
 
-func TestWorkspaceSeedCopiedIntoNewSessions(t *testing.T) {
+func testWorkspaceSeedCopiedIntoNewSessions(t *testing.T, open opener) {
 	m := echoModel(t,
 		model.EchoStep{Tool: "read_file", Args: map[string]any{"path": "notes/todo.md"}},
 		model.EchoStep{Text: "{{.LastToolResult}}"},
@@ -443,7 +505,7 @@ func TestWorkspaceSeedUnderMemoryIsRefused(t *testing.T) {
 // subscriber gets an event, the session database already holds it (a
 // client that saw event N finds it after any crash), for the events
 // written before a tool runs, while a slow model thinks, and at the end.
-func TestAnEventIsOnDiskBeforeAnyoneSeesIt(t *testing.T) {
+func testAnEventIsOnDiskBeforeAnyoneSeesIt(t *testing.T, open opener) {
 	ctx := context.Background()
 	rt := open(t, agent.Config{Agent: agent.Agent{Model: echoModel(t,
 		model.EchoStep{Tool: "list_files"},

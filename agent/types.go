@@ -56,15 +56,37 @@ type ContinueRequest struct {
 	// that turn to finish. The HTTP server sets it: a busy session answers
 	// 409 at once.
 	NoWait bool
+	// IfLastSeq, when not zero, is the sequence number of the last event
+	// of the session the client saw (a TurnResult's LastSeq, or the last
+	// of Events): the turn runs only if the session still ends there, else
+	// the answer is a *PositionError matching ErrPreconditionFailed and
+	// nothing runs. In serving mode local, a turn that runs and then loses
+	// the session head to a turn another host committed at the same time
+	// is recorded as a fork (EventTurnForked) and answered with a
+	// *PositionError matching ErrTurnForked; without IfLastSeq it is
+	// answered as completed, and the fork is in the session's history all
+	// the same. A store that does not answer makes a request with
+	// IfLastSeq fail with ErrStoreUnavailable, as its precondition cannot
+	// be checked. In serving mode ledger turns never fork, and the
+	// precondition is checked against the committed transcript when the
+	// message is queued (messages queued before it run first).
+	IfLastSeq int64
 }
 
 // TurnResult is the answer to StartSession and Continue.
 type TurnResult struct {
 	SessionID string `json:"sessionId"`
-	// ContinuationToken names the session for a follow-up. It is the same
-	// for every turn of a session and valid for the session's life.
+	// ContinuationToken names the session for a follow-up, for the
+	// session's life: a start's answer carries the session's first token
+	// (a replayed start a new one), a follow-up's the token it was sent
+	// with. Only its digest is stored.
 	ContinuationToken string `json:"continuationToken"`
 	Turn              Turn   `json:"turn"`
+	// LastSeq is the sequence number of the turn's last event
+	// (turn.finished): what a follow-up sends as IfLastSeq to run only
+	// if nothing happened in the session since. Zero when the turn is not
+	// part of the answer (Queued).
+	LastSeq int64 `json:"lastSeq,omitempty"`
 	// Replayed is true when the answer is that of an earlier request with
 	// the same IdempotencyKey, not of a turn run now.
 	Replayed bool `json:"-"`
@@ -130,6 +152,17 @@ const (
 	EventToolResult = "tool.result"
 	// EventTurnFinished: Status, Result, Usage (summed), DurationMS.
 	EventTurnFinished = "turn.finished"
+	// EventTurnForked, in serving mode local, records turns of this
+	// session that ran on one host while another host committed other
+	// turns from the same point (two hosts continuing one session at
+	// once): ForkedAfter is the seq of the last event both shared, LostTo
+	// the host whose turns the session went on with, Forked the forked
+	// turns' events as they were recorded (their own seqs), and Message,
+	// Status and Result those of the last forked turn. It is a turn of
+	// its own in the session's history, so every host lists and streams
+	// it, and the model's conversation includes the forked turns' messages
+	// and answers at its place.
+	EventTurnForked = "turn.forked"
 )
 
 // Event is one entry of a session's event log: a step of a turn. Events
@@ -169,6 +202,12 @@ type Event struct {
 	// Idempotency is the client's Idempotency-Key, on the turn.started
 	// event of a turn that a keyed request started.
 	Idempotency *Idempotency `json:"idempotency,omitempty"`
+
+	// ForkedAfter, LostTo and Forked are the fields of a turn.forked
+	// event (EventTurnForked).
+	ForkedAfter int64             `json:"forkedAfter,omitempty"`
+	LostTo      string            `json:"lostTo,omitempty"`
+	Forked      []json.RawMessage `json:"forked,omitempty"`
 
 	// EventID is, in serving mode ledger, the id of the message the turn
 	// consumed (the request's Idempotency-Key, the eventId of a 202

@@ -23,6 +23,9 @@
 //	  maxPendingBytes: 8MiB
 //	  maxEventBytes: 256KiB         # one queued message; past it 413
 //	  retryAfter: 2s                # the Retry-After of a 429
+//	  idempotencyWindow: 24h        # how long a message's Idempotency-Key is kept
+//	  clockSkew: 5m                 # the most the hosts' clocks differ by
+//	  maxKeys: 10000                # kept keys per session; past it 429
 //	policy:
 //	  debounce: 30s
 //	  restore:
@@ -43,6 +46,7 @@
 //	  heartbeat: 10s
 //	cors:
 //	  origins: [https://chat.example.com]
+//	allowedHosts: [agent.example.com] # Host names served beyond loopback
 //
 // The model section also takes the shorthand "model: echo", and the
 // provider settings may sit in echo: and openai: sub-sections instead, as
@@ -131,6 +135,10 @@ type File struct {
 	// CORSOrigins are the origins of browser pages allowed to call the
 	// API (cors.origins; --cors-origins overrides them).
 	CORSOrigins []string
+	// AllowedHosts are the names and addresses clients reach the server
+	// by, beyond the loopback names (allowedHosts; --allowed-hosts
+	// overrides them; server.Options.AllowedHosts).
+	AllowedHosts []string
 }
 
 // Experiment is one A/B experiment: a name and two or more variants.

@@ -34,6 +34,9 @@ ledger:
   maxPendingBytes: 1MiB
   maxEventBytes: 64KiB
   retryAfter: 5s
+  idempotencyWindow: 2d
+  clockSkew: 1m
+  maxKeys: 500
 policy:
   debounce: 30s
   restore:
@@ -51,6 +54,7 @@ experiments:
         instructions: friendly.md
         model: {provider: echo, reply: "hi {{.UserMessage}}"}
         options: {greeting: true}
+allowedHosts: [agent.lan, .corp.example, 192.0.2.10, "::1"]
 `
 
 func TestParseFull(t *testing.T) {
@@ -69,7 +73,8 @@ func TestParseFull(t *testing.T) {
 		t.Errorf("memory/storage/serving = %v %q %q", f.Memory, f.Storage, f.Serving)
 	}
 	if l := f.Ledger; f.LedgerStore != "redis://127.0.0.1:6379/3" || l.Lease != 15*time.Second || l.Margin != 3*time.Second || l.MaxAttempts != 3 ||
-		l.MaxPending != 10 || l.MaxPendingBytes != 1<<20 || l.MaxEventBytes != 64<<10 || l.RetryAfter != 5*time.Second {
+		l.MaxPending != 10 || l.MaxPendingBytes != 1<<20 || l.MaxEventBytes != 64<<10 || l.RetryAfter != 5*time.Second ||
+		l.IdempotencyWindow != 48*time.Hour || l.ClockSkew != time.Minute || l.MaxKeys != 500 {
 		t.Errorf("ledger = %q %+v", f.LedgerStore, l)
 	}
 	if rc, err := f.RuntimeConfig(); err == nil && rc.Ledger.Lease != 15*time.Second {
@@ -85,6 +90,9 @@ func TestParseFull(t *testing.T) {
 	if len(f.Experiments) != 1 || f.Experiments[0].Name != "tone" || len(f.Experiments[0].Variants) != 2 {
 		t.Fatalf("experiments = %+v", f.Experiments)
 	}
+	if strings.Join(f.AllowedHosts, " ") != "agent.lan .corp.example 192.0.2.10 ::1" {
+		t.Errorf("allowedHosts = %q", f.AllowedHosts)
+	}
 	v0, v1 := f.Experiments[0].Variants[0], f.Experiments[0].Variants[1]
 	if v0.Name != "plain" || v0.Weight != 2 || v1.Weight != 1 || v1.Instructions != "friendly.md" ||
 		v1.Model == nil || v1.Model.Echo == nil || v1.Model.Echo.Reply != "hi {{.UserMessage}}" || v1.Options["greeting"] != true {
@@ -97,7 +105,7 @@ func TestDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !f.Memory || f.Serving != "local" || f.Instructions != DefaultInstructions || f.Storage != "" || f.Model.Provider != "" {
+	if !f.Memory || f.Serving != "local" || f.Instructions != DefaultInstructions || f.Storage != "" || f.Model.Provider != "" || f.AllowedHosts != nil {
 		t.Errorf("defaults = %+v", f)
 	}
 	a, err := f.Agent()
@@ -166,6 +174,9 @@ func TestErrors(t *testing.T) {
 		{"name: a\nledger:\n  lease: soon\n", []string{"ledger.lease"}},
 		{"name: a\nledger:\n  lease: 10ms\n", []string{"ledger.lease", "too short"}},
 		{"name: a\nledger:\n  maxPending: 0\n", []string{"ledger.maxPending", "at least 1"}},
+		{"name: a\nledger:\n  maxKeys: 0\n", []string{"ledger.maxKeys", "at least 1"}},
+		{"name: a\nledger:\n  idempotencyWindow: forever\n", []string{"ledger.idempotencyWindow", "is not a duration"}},
+		{"name: a\nledger:\n  clockSkew: -1m\n", []string{"ledger.clockSkew", "is not a duration"}},
 		{"name: a\nledger:\n  maxPendingBytes: lots\n", []string{"ledger.maxPendingBytes", "is not a size"}},
 		{"name: a\nledger:\n  store: somewhere\n", []string{"ledger.store", "not a store URL"}},
 		{"name: a\nmemory: maybe\n", []string{"memory", "expected true or false"}},
@@ -184,6 +195,11 @@ func TestErrors(t *testing.T) {
 		{"name: a\ntimeouts:\n  turn: 0s\n", []string{"timeouts.turn", "duration"}},
 		{"name: a\ntimeouts:\n  tool: forever\n", []string{"timeouts.tool", "30s"}},
 		{"name: a\ntimeouts:\n  tools: 1m\n", []string{`unknown field "tools" in timeouts`, "turn, tool"}},
+		{"name: a\nallowedHosts: agent.lan\n", []string{"agentkit.yaml:2", "allowedHosts", "expected a list of host names"}},
+		{"name: a\nallowedHosts: [agent.lan, \"*\"]\n", []string{"allowedHosts[1]", "wildcards"}},
+		{"name: a\nallowedHosts:\n  - agent.lan:8080\n", []string{"agentkit.yaml:3", "allowedHosts[0]", "port"}},
+		{"name: a\nallowedHosts: [http://agent.lan]\n", []string{"allowedHosts[0]", "URL"}},
+		{"name: a\nallowedHosts: [[x]]\n", []string{"allowedHosts[0]", "expected a string"}},
 		{"name: [a\n", []string{"not valid YAML"}},
 		{"", []string{"empty"}},
 		{"name: a\n---\nname: b\n", []string{"more than one YAML document"}},
@@ -296,5 +312,29 @@ func TestWorkspaceSeedFolder(t *testing.T) {
 	_, err = Load(dir)
 	if err == nil || !strings.Contains(err.Error(), "memory") || !strings.Contains(err.Error(), filepath.Join(dir, SeedDir)) {
 		t.Fatalf("Load with workspace/memory/: %v; want a refusal naming the folder and memory", err)
+	}
+}
+
+// A ledger.store without a scheme may be a credential written without its
+// URL (a token as user@host): the error does not repeat it.
+func TestLedgerStoreErrorDoesNotQuoteTheValue(t *testing.T) {
+	_, err := Parse([]byte("name: a\nledger:\n  store: akst_s3cr3t@host\n"), "agentkit.yaml")
+	if err == nil || !strings.Contains(err.Error(), "not a store URL") || strings.Contains(err.Error(), "s3cr3t") {
+		t.Errorf("Parse = %v; want a refusal that does not quote the value", err)
+	}
+}
+
+// A mapping of free-form values (script args, variant options) with a key
+// that is not a name is refused in YAML's terms, without the decoder's Go
+// type names.
+func TestFreeFormMappingKeyMustBeAName(t *testing.T) {
+	for _, doc := range []string{
+		"name: a\nmodel:\n  provider: echo\n  script:\n    - tool: x\n      args: {[1]: 2}\n",
+		"name: a\nexperiments:\n  - name: x\n    variants:\n      - name: a\n        options: {? {k: v}: 2}\n      - name: b\n",
+	} {
+		_, err := Parse([]byte(doc), "agentkit.yaml")
+		if err == nil || !strings.Contains(err.Error(), "a key must be a name, found a") || strings.Contains(err.Error(), "unmarshal") || strings.Contains(err.Error(), "!!") {
+			t.Errorf("Parse(%q) = %v; want the key refused in YAML's terms", doc, err)
+		}
 	}
 }

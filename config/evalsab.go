@@ -65,6 +65,29 @@ func (p *parser) corsSection(n *yaml.Node, path string) []string {
 	return out
 }
 
+// allowedHosts reads allowedHosts: [...]: the names clients reach the
+// server by, beyond the loopback names (server.CheckHostNames).
+func (p *parser) allowedHosts(n *yaml.Node, path string) []string {
+	if n.Kind != yaml.SequenceNode {
+		p.fail(n, path, "expected a list of host names such as [agent.example.com], found %s", describe(n))
+		return nil
+	}
+	var out []string
+	for i, h := range n.Content {
+		where := fmt.Sprintf("%s[%d]", path, i)
+		s := p.str(h, where)
+		if p.err != nil {
+			return nil
+		}
+		if err := server.CheckHostNames([]string{s}); err != nil {
+			p.fail(h, where, "%s", strings.TrimPrefix(err.Error(), "server: "))
+			return nil
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
 // loadVariantInstructions reads the instructions file of each variant that
 // names one, relative to the project folder.
 func (f *File) loadVariantInstructions() error {

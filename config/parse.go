@@ -136,6 +136,21 @@ func describe(n *yaml.Node) string {
 	return "something else"
 }
 
+// anyMapping decodes a mapping of names to values of any kind into dst.
+// A key that is not a name (a list or a mapping used as a key) is refused
+// here, in YAML's terms, rather than by the decoder in Go's.
+func (p *parser) anyMapping(n *yaml.Node, path string, dst *map[string]any) {
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		if k := n.Content[i]; k.Kind != yaml.ScalarNode {
+			p.fail(k, path, "a key must be a name, found %s", describe(k))
+			return
+		}
+	}
+	if err := n.Decode(dst); err != nil {
+		p.fail(n, path, "%s", strings.TrimPrefix(err.Error(), "yaml: "))
+	}
+}
+
 func (p *parser) str(n *yaml.Node, path string) string {
 	if n.Kind != yaml.ScalarNode || n.Tag == "!!null" {
 		p.fail(n, path, "expected a string, found %s", describe(n))
@@ -201,7 +216,7 @@ func (p *parser) parse(data []byte) (*File, error) {
 		return nil, &Error{File: p.file, Msg: "YAML anchors and aliases are not supported; write the values out"}
 	}
 	f := &File{Instructions: DefaultInstructions, Memory: true, Serving: agent.ServingLocal}
-	top := p.fields(root, "", "name", "instructions", "maxSteps", "model", "memory", "storage", "serving", "ledger", "policy", "timeouts", "experiments", "evals", "cors")
+	top := p.fields(root, "", "name", "instructions", "maxSteps", "model", "memory", "storage", "serving", "ledger", "policy", "timeouts", "experiments", "evals", "cors", "allowedHosts")
 	if v, ok := top["name"]; ok {
 		f.Name = p.str(v, "name")
 	}
@@ -251,6 +266,9 @@ func (p *parser) parse(data []byte) (*File, error) {
 	}
 	if v, ok := top["cors"]; ok {
 		f.CORSOrigins = p.corsSection(v, "cors")
+	}
+	if v, ok := top["allowedHosts"]; ok {
+		f.AllowedHosts = p.allowedHosts(v, "allowedHosts")
 	}
 	if p.err != nil {
 		return nil, p.err
@@ -439,8 +457,8 @@ func (p *parser) echoFields(m map[string]*yaml.Node, path string) *model.EchoCon
 			if x, ok := fm["args"]; ok {
 				if x.Kind != yaml.MappingNode {
 					p.fail(x, join(stp, "args"), "expected a mapping of argument names to values, found %s", describe(x))
-				} else if err := x.Decode(&st.Args); err != nil {
-					p.fail(x, join(stp, "args"), "%v", err)
+				} else {
+					p.anyMapping(x, join(stp, "args"), &st.Args)
 				}
 			}
 			if p.err != nil {
@@ -493,12 +511,13 @@ func (p *parser) ledger(n *yaml.Node, path string, f *File) {
 	if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
 		return
 	}
-	m := p.fields(n, path, "store", "lease", "margin", "maxAttempts", "maxPending", "maxPendingBytes", "maxEventBytes", "retryAfter")
+	m := p.fields(n, path, "store", "lease", "margin", "maxAttempts", "maxPending", "maxPendingBytes", "maxEventBytes", "retryAfter",
+		"idempotencyWindow", "clockSkew", "maxKeys")
 	o := &f.Ledger
 	if v, ok := m["store"]; ok {
 		f.LedgerStore = p.str(v, join(path, "store"))
 		if p.err == nil && !strings.Contains(f.LedgerStore, ":") {
-			p.fail(v, join(path, "store"), "%q is not a store URL; use a URL such as postgres://host/db, redis://host:6379/0 or nats://host:4222, or leave it out to coordinate through storage", f.LedgerStore)
+			p.fail(v, join(path, "store"), "it is not a store URL: it has no scheme (the value is not repeated, as it may hold a password); use a URL such as postgres://host/db, redis://host:6379/0 or nats://host:4222, or leave it out to coordinate through storage")
 		}
 	}
 	dur := func(key string, dst *time.Duration) {
@@ -509,6 +528,11 @@ func (p *parser) ledger(n *yaml.Node, path string, f *File) {
 	dur("lease", &o.Lease)
 	dur("margin", &o.Margin)
 	dur("retryAfter", &o.RetryAfter)
+	dur("idempotencyWindow", &o.IdempotencyWindow)
+	dur("clockSkew", &o.ClockSkew)
+	if v, ok := m["maxKeys"]; ok {
+		o.MaxKeys = p.integer(v, join(path, "maxKeys"), 1)
+	}
 	if v, ok := m["maxAttempts"]; ok {
 		o.MaxAttempts = p.integer(v, join(path, "maxAttempts"), 1)
 	}
@@ -662,8 +686,8 @@ func (p *parser) experiments(n *yaml.Node, path string) []Experiment {
 			if x, ok := fm["options"]; ok {
 				if x.Kind != yaml.MappingNode {
 					p.fail(x, join(vp, "options"), "expected a mapping, found %s", describe(x))
-				} else if err := x.Decode(&va.Options); err != nil {
-					p.fail(x, join(vp, "options"), "%v", err)
+				} else {
+					p.anyMapping(x, join(vp, "options"), &va.Options)
 				}
 			}
 			if p.err != nil {

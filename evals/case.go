@@ -13,6 +13,7 @@ import (
 	"unicode/utf8"
 
 	"agentkit/agent"
+	"agentkit/internal/jsonerr"
 )
 
 // MaxCases is the most cases one run takes.
@@ -88,12 +89,19 @@ type CaseError struct {
 // Is makes errors.Is(err, ErrInvalid) true.
 func (e *CaseError) Is(target error) bool { return target == ErrInvalid }
 
-// Error returns "file:line: message", or "case N: message".
+// Error returns "file:line: message", or "case N: message"; "file:
+// message", or the message alone, for a problem of the whole file or list
+// (Line 0).
 func (e *CaseError) Error() string {
-	if e.File != "" {
+	switch {
+	case e.File != "" && e.Line > 0:
 		return fmt.Sprintf("%s:%d: %s", e.File, e.Line, e.Msg)
+	case e.File != "":
+		return e.File + ": " + e.Msg
+	case e.Line > 0:
+		return fmt.Sprintf("case %d: %s", e.Line, e.Msg)
 	}
-	return fmt.Sprintf("case %d: %s", e.Line, e.Msg)
+	return e.Msg
 }
 
 // ParseCases reads cases in JSONL: one JSON object per line with the
@@ -106,11 +114,12 @@ func ParseCases(r io.Reader, name string) ([]Case, error) {
 	sc.Buffer(make([]byte, 64<<10), maxLineBytes)
 	var cases []Case
 	lines := []int{}
-	line := 0
+	line, skipped := 0, false
 	for sc.Scan() {
 		line++
 		text := bytes.TrimSpace(sc.Bytes())
 		if len(text) == 0 || text[0] == '#' {
+			skipped = true
 			continue
 		}
 		if len(cases) == MaxCases {
@@ -130,7 +139,11 @@ func ParseCases(r io.Reader, name string) ([]Case, error) {
 		return nil, fmt.Errorf("evals: reading %s: %w", name, err)
 	}
 	if len(cases) == 0 {
-		return nil, &CaseError{File: name, Line: line, Msg: `no cases; write one JSON object per line, such as {"name": "greets", "input": "hello", "expect": {"contains": "hello"}}`}
+		what := "it is empty"
+		if skipped {
+			what = "it holds only blank lines and comments"
+		}
+		return nil, &CaseError{File: name, Msg: "no cases: " + what + "; write one JSON object per line, such as " + exampleCase}
 	}
 	if err := check(cases, name, lines); err != nil {
 		return nil, err
@@ -138,14 +151,22 @@ func ParseCases(r io.Reader, name string) ([]Case, error) {
 	return cases, nil
 }
 
-// decodeCase decodes one case strictly.
+// exampleCase is a case as a cases file or list holds it.
+const exampleCase = `{"name": "greets", "input": "hello", "expect": {"contains": "hello"}}`
+
+// decodeCase decodes one case strictly. Its errors speak of JSON and the
+// case's fields (expect.exact), never of the Go types they decode into.
 func decodeCase(data []byte) (Case, error) {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	var c Case
 	if err := dec.Decode(&c); err != nil {
-		msg := strings.TrimPrefix(err.Error(), "json: ")
-		if strings.HasPrefix(msg, "unknown field") {
+		msg := jsonerr.Describe(err, "the case")
+		var te *json.UnmarshalTypeError
+		switch {
+		case errors.As(err, &te) && te.Field == "":
+			msg = fmt.Sprintf("a case is a JSON object such as %s, not a JSON %s", exampleCase, te.Value)
+		case strings.HasPrefix(msg, "unknown field"):
 			msg += `; a case has name, input and expect, and expect has exact, contains and regexp`
 		}
 		return Case{}, errors.New("not a case: " + msg)
@@ -161,7 +182,12 @@ func decodeCase(data []byte) (Case, error) {
 func DecodeCases(data []byte) ([]Case, error) {
 	var raw []json.RawMessage
 	if err := json.Unmarshal(data, &raw); err != nil {
-		return nil, fmt.Errorf("%w: the cases are not a JSON array of case objects: %v", ErrInvalid, err)
+		msg := jsonerr.Describe(err, "the cases")
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) {
+			msg = fmt.Sprintf("expected a JSON array of cases, such as [%s], found a JSON %s", exampleCase, te.Value)
+		}
+		return nil, &CaseError{Msg: msg}
 	}
 	cases := make([]Case, 0, len(raw))
 	for i, r := range raw {

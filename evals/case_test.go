@@ -40,14 +40,24 @@ func TestParseCasesNamesTheLineAndWhatToChange(t *testing.T) {
 		{`{"name": "a", "input": "x"}` + "\n\n" + `{"name": "a", "input": "y"}`, `cases.jsonl:3: the name "a" is used twice (first at 1)`},
 		{`{"name": "a", "input": "x", "expect": {"regexp": "("}}`, `cases.jsonl:1: case "a": expect.regexp "(" does not compile`},
 		{`{"name": "a", "input": "x"} {"name": "b"}`, `cases.jsonl:1: more than one JSON value on the line`},
-		{`["a"]`, `cases.jsonl:1: not a case: cannot unmarshal array`},
-		{"# only a comment\n", `cases.jsonl:1: no cases`},
-		{`{"name": "a", "input": "x", "expect": {"exact": 3}}`, `cases.jsonl:1: not a case: cannot unmarshal number`},
+		{`["a"]`, `cases.jsonl:1: not a case: a case is a JSON object such as {"name": "greets", "input": "hello", "expect": {"contains": "hello"}}, not a JSON array`},
+		{`"a"`, `cases.jsonl:1: not a case: a case is a JSON object such as {"name": "greets", "input": "hello", "expect": {"contains": "hello"}}, not a JSON string`},
+		{"", `cases.jsonl: no cases: it is empty; write one JSON object per line, such as {"name": "greets"`},
+		{"# only a comment\n\n", `cases.jsonl: no cases: it holds only blank lines and comments; write one JSON object per line`},
+		{`{"name": "a", "input": "x", "expect": {"exact": 3}}`, `cases.jsonl:1: not a case: expect.exact: expected a string, found a JSON number`},
+		{`{"name": "a", "input": "x", "expect": "y"}`, `cases.jsonl:1: not a case: expect: expected an object, found a JSON string`},
+		{`{"name": 7, "input": "x"}`, `cases.jsonl:1: not a case: name: expected a string, found a JSON number`},
+		{`{"name": "a", "input": ["x"]}`, `cases.jsonl:1: not a case: input: expected a string, found a JSON array`},
+		{`{"name": "a",`, `cases.jsonl:1: not a case: the case is cut short: it is not a complete JSON value`},
+		{`{"name" "a"}`, `cases.jsonl:1: not a case: the case is not valid JSON (at byte 9): invalid character`},
 	} {
 		_, err := evals.ParseCases(strings.NewReader(c.src), "cases.jsonl")
 		var ce *evals.CaseError
 		if !errors.As(err, &ce) || !errors.Is(err, evals.ErrInvalid) || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("ParseCases(%q) = %v, want a *CaseError containing %q", c.src, err, c.want)
+		}
+		if err != nil && (strings.Contains(err.Error(), ":0:") || strings.Contains(err.Error(), "Go ") || strings.Contains(err.Error(), "evals.")) {
+			t.Errorf("ParseCases(%q) = %v: a line 0 or a Go type name", c.src, err)
 		}
 	}
 }
@@ -90,5 +100,26 @@ func TestGraders(t *testing.T) {
 				t.Errorf("status %s (%q), want %s (%q)", got.Status, why, c.status, c.reason)
 			}
 		})
+	}
+}
+
+// Cases given as a JSON array (POST /v1/evals) are worded in JSON's terms
+// too, naming the case's position; a value that is not an array says what
+// to send.
+func TestDecodeCasesSpeaksJSON(t *testing.T) {
+	for _, c := range []struct{ src, want string }{
+		{`5`, `expected a JSON array of cases, such as [{"name": "greets", "input": "hello", "expect": {"contains": "hello"}}], found a JSON number`},
+		{`{"name": "a"}`, `expected a JSON array of cases, such as [{"name": "greets"`},
+		{`[5]`, `case 1: not a case: a case is a JSON object such as {"name": "greets", "input": "hello", "expect": {"contains": "hello"}}, not a JSON number`},
+		{`[{"name": "a", "input": "x"}, {"name": 5}]`, `case 2: not a case: name: expected a string, found a JSON number`},
+		{`[{"name": "a", "input": "x", "expect": "y"}]`, `case 1: not a case: expect: expected an object, found a JSON string`},
+	} {
+		_, err := evals.DecodeCases([]byte(c.src))
+		if !errors.Is(err, evals.ErrInvalid) || err.Error() != c.want && !strings.HasPrefix(err.Error(), c.want) {
+			t.Errorf("DecodeCases(%s) = %v; want %q", c.src, err, c.want)
+		}
+		if err != nil && (strings.Contains(err.Error(), "Go ") || strings.Contains(err.Error(), "json.") || strings.Contains(err.Error(), "evals.")) {
+			t.Errorf("DecodeCases(%s) = %v names a Go type", c.src, err)
+		}
 	}
 }

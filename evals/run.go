@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"agentkit/internal/jsonerr"
 	"agentkit/model"
 )
 
@@ -181,7 +182,7 @@ func (r Run) clone() Run {
 func decodeRun(id string, data []byte) (Run, error) {
 	var r Run
 	if err := json.Unmarshal(data, &r); err != nil {
-		return Run{}, fmt.Errorf("evals: the stored run %q is not a run snapshot: %w", id, err)
+		return Run{}, fmt.Errorf("evals: the stored run %q is not a run snapshot: %s", id, jsonerr.Describe(err, "the record"))
 	}
 	if r.V > FormatVersion {
 		return Run{}, fmt.Errorf("evals: the stored run %q has format version %d and this build reads up to %d; upgrade agentkit on this host", id, r.V, FormatVersion)

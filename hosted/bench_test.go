@@ -8,7 +8,7 @@ import (
 	"net/http/httptest"
 	"testing"
 
-	"agentkit/hosted/wire"
+	"agentkit/kv/hostedkv/wire"
 )
 
 // BenchmarkServicePath measures what the service itself costs per request

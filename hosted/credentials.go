@@ -18,7 +18,9 @@ import (
 	"syscall"
 	"time"
 
-	"agentkit/hosted/wire"
+	"agentkit/internal/atomicfile"
+	"agentkit/internal/privfile"
+	"agentkit/kv/hostedkv/wire"
 )
 
 // The credentials file holds one entry per deployment token: its id, the
@@ -169,7 +171,7 @@ func editCredentials(path string, fn func(*credentialsFile) error) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return fmt.Errorf("hosted: create the credentials folder: %w", err)
 	}
-	lock, err := os.OpenFile(path+".lock", os.O_RDWR|os.O_CREATE, 0o600)
+	lock, err := os.OpenFile(path+".lock", os.O_RDWR|os.O_CREATE, privfile.FilePerm)
 	if err != nil {
 		return fmt.Errorf("hosted: lock the credentials file: %w", err)
 	}
@@ -200,8 +202,14 @@ func editCredentials(path string, fn func(*credentialsFile) error) error {
 	return writeFileAtomic(path, append(data, '\n'))
 }
 
-// readCredentials reads and checks the credentials file.
+// readCredentials reads and checks the credentials file, making it (and
+// its lock file) owner-only first if it is not.
 func readCredentials(path string) (*credentialsFile, error) {
+	for _, p := range []string{path, path + ".lock"} {
+		if err := privfile.Tighten(p); err != nil {
+			return nil, fmt.Errorf("hosted: the credentials file: %w", err)
+		}
+	}
 	data, err := os.ReadFile(path)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
@@ -271,8 +279,13 @@ func loadOrCreateKey(path string) ([]byte, error) {
 	return key, nil
 }
 
-// readKey reads the server key file: 64 hex digits.
+// readKey reads the server key file: 64 hex digits. A key file with group
+// or other permissions (one written by hand or by a provisioning tool) is
+// made owner-only first.
 func readKey(path string) ([]byte, error) {
+	if err := privfile.Tighten(path); err != nil {
+		return nil, fmt.Errorf("hosted: the server key: %w", err)
+	}
 	data, err := os.ReadFile(path)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
@@ -289,31 +302,8 @@ func readKey(path string) ([]byte, error) {
 
 // writeFileAtomic replaces path with data, mode 0600.
 func writeFileAtomic(path string, data []byte) error {
-	dir := filepath.Dir(path)
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp*")
-	if err != nil {
+	if err := atomicfile.Write(path, data, nil); err != nil {
 		return fmt.Errorf("hosted: write %s: %w", path, err)
-	}
-	defer os.Remove(tmp.Name())
-	_, err = tmp.Write(data)
-	if err == nil {
-		err = tmp.Chmod(0o600)
-	}
-	if err == nil {
-		err = tmp.Sync()
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp.Name(), path)
-	}
-	if err != nil {
-		return fmt.Errorf("hosted: write %s: %w", path, err)
-	}
-	if d, err := os.Open(dir); err == nil {
-		d.Sync()
-		d.Close()
 	}
 	return nil
 }

@@ -7,7 +7,7 @@ import (
 	"net/http"
 	"strconv"
 
-	"agentkit/hosted/wire"
+	"agentkit/kv/hostedkv/wire"
 )
 
 // get serves GET /v1/ns/{ns}/kv?key=K: the value as the body, its version

@@ -21,9 +21,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"agentkit/hosted/wire"
 	"agentkit/internal/testenv"
 	"agentkit/internal/testenv/redistest"
+	"agentkit/kv/hostedkv/wire"
 	_ "agentkit/kv/memkv" // mem:// for the generic backend
 )
 

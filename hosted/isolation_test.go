@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"agentkit/hosted/wire"
+	"agentkit/kv/hostedkv/wire"
 )
 
 // The attacker owns namespace "vic", a prefix of the victim's name

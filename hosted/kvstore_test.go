@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"agentkit/hosted/wire"
 	"agentkit/kv"
+	"agentkit/kv/hostedkv/wire"
 	"agentkit/kv/memkv"
 )
 

@@ -19,7 +19,7 @@ import (
 	"testing"
 	"time"
 
-	"agentkit/hosted/wire"
+	"agentkit/kv/hostedkv/wire"
 )
 
 // serveInBackground runs Serve and returns the address and a channel with

@@ -5,8 +5,8 @@
 // agentkit+http(s):// driver (package kv/hostedkv) and a deployment token,
 // so they never hold a database URL.
 //
-// The protocol is docs/hosted-protocol.md; package hosted/wire spells its
-// names. In short:
+// The protocol is docs/hosted-protocol.md; package kv/hostedkv/wire spells
+// its names. In short:
 //
 //   - Every request names a namespace in its path (/v1/ns/{ns}/…) and
 //     carries a bearer token. A missing or unknown token is 401; a token
@@ -59,8 +59,8 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"agentkit/hosted/wire"
 	"agentkit/kv"
+	"agentkit/kv/hostedkv/wire"
 )
 
 // Defaults of Options.
@@ -216,7 +216,8 @@ func (s *Service) Reload() error {
 	s.m.creds.Set(float64(len(set.byID)))
 	for _, p := range []string{s.opts.Credentials, s.opts.CredentialsKey} {
 		if fi, err := os.Stat(p); err == nil && fi.Mode().Perm()&0o077 != 0 {
-			s.log.Warn("storaged: a credentials file is readable by other users; chmod 600 it", slog.String("file", p))
+			// Loading made it owner-only where this process owns it.
+			s.log.Warn("storaged: a credentials file is readable by other users, and this process (not its owner) cannot change that; chmod 600 it", slog.String("file", p))
 		}
 	}
 	return nil
@@ -419,82 +420,63 @@ func (c *call) serve() {
 	handler()
 }
 
+// route is one route of the protocol: a resource (the path segment after
+// /v1/ns/{ns}/), a method, the operation's name in logs and metrics, and
+// its handler.
+type route struct {
+	resource, method, op string
+	serve                func(*call)
+}
+
+// routes is the protocol's route table, every route the service serves
+// under /v1/ns/{ns}/ (docs/hosted-protocol.md). A resource's methods are
+// listed together, in the order its Allow header names them. The
+// isolation test builds a case for each entry, so a route added here
+// without one fails it.
+var routes = []route{
+	{"info", "GET", "info", (*call).info},
+	{"kv", "GET", "get", (*call).get},
+	{"kv", "PUT", "put", (*call).put},
+	{"kv", "DELETE", "delete", (*call).delete},
+	{"list", "GET", "list", (*call).list},
+	{"evals", "GET", "evals_list", (*call).listEvals},
+	{"evals", "PUT", "evals_put", (*call).putEval},
+	{"evals", "DELETE", "evals_delete", (*call).deleteEval},
+	{"ab-samples", "POST", "ab_sample", (*call).putSample},
+	{"ab-snapshot", "GET", "ab_snapshot_get", (*call).getSnapshot},
+	{"ab-snapshot", "PUT", "ab_snapshot_put", (*call).putSnapshot},
+	{"memory", "GET", "memory_list", (*call).listMemory},
+	{"memory", "POST", "memory_append", (*call).appendMemory},
+}
+
 // route returns the handler of a resource and method and names the
 // operation, or answers 404 or 405 and returns nil.
 func (c *call) route(resource string) func() {
 	m := c.r.Method
 	var allowed string
-	switch resource {
-	case "info":
-		allowed = "GET"
-		if m == "GET" {
-			c.op = "info"
-			return c.info
+	for i := range routes {
+		rt := &routes[i]
+		if rt.resource != resource {
+			continue
 		}
-	case "kv":
-		allowed = "GET, PUT, DELETE"
-		switch m {
-		case "GET":
-			c.op = "get"
-			return c.get
-		case "PUT":
-			c.op = "put"
+		if rt.method != m {
+			if allowed != "" {
+				allowed += ", "
+			}
+			allowed += rt.method
+			continue
+		}
+		c.op = rt.op
+		if rt.op == "put" {
 			if c.r.Header.Get(wire.HeaderIfAbsent) != "" {
 				c.op = "put_if_absent"
 			} else if c.r.Header.Get(wire.HeaderIfVersion) != "" {
 				c.op = "put_if_version"
 			}
-			return c.put
-		case "DELETE":
-			c.op = "delete"
-			return c.delete
 		}
-	case "list":
-		allowed = "GET"
-		if m == "GET" {
-			c.op = "list"
-			return c.list
-		}
-	case "evals":
-		allowed = "GET, PUT, DELETE"
-		switch m {
-		case "GET":
-			c.op = "evals_list"
-			return c.listEvals
-		case "PUT":
-			c.op = "evals_put"
-			return c.putEval
-		case "DELETE":
-			c.op = "evals_delete"
-			return c.deleteEval
-		}
-	case "ab-samples":
-		allowed = "POST"
-		if m == "POST" {
-			c.op = "ab_sample"
-			return c.putSample
-		}
-	case "ab-snapshot":
-		allowed = "GET, PUT"
-		switch m {
-		case "GET":
-			c.op = "ab_snapshot_get"
-			return c.getSnapshot
-		case "PUT":
-			c.op = "ab_snapshot_put"
-			return c.putSnapshot
-		}
-	case "memory":
-		allowed = "GET, POST"
-		switch m {
-		case "GET":
-			c.op = "memory_list"
-			return c.listMemory
-		case "POST":
-			c.op = "memory_append"
-			return c.appendMemory
-		}
-	default:
+		return func() { rt.serve(c) }
+	}
+	if allowed == "" {
 		c.fail(http.StatusNotFound, wire.CodeNoRoute, 0, "no such path; the resources are info, kv, list, evals, ab-samples, ab-snapshot and memory")
 		return nil
 	}

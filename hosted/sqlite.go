@@ -13,6 +13,8 @@ import (
 	"time"
 
 	_ "modernc.org/sqlite" // the "sqlite" database/sql driver
+
+	"agentkit/internal/privfile"
 )
 
 // sqliteStore is the SQLite backend: one database file, for a service on
@@ -211,8 +213,14 @@ func openSQLite(ctx context.Context, rawURL string) (*sqliteStore, error) {
 	if err != nil {
 		return nil, fmt.Errorf("hosted: resolve %s: %w", path, err)
 	}
-	if err := os.MkdirAll(filepath.Dir(abs), 0o700); err != nil {
+	if err := os.MkdirAll(filepath.Dir(abs), privfile.DirPerm); err != nil {
 		return nil, fmt.Errorf("hosted: create the database's folder: %w", err)
+	}
+	// Every deployment's data is in this file: it is created owner-only
+	// before SQLite opens it (SQLite gives its -wal, -shm and -journal
+	// files the file's mode), and an existing one is tightened.
+	if err := privfile.CreateSQLite(abs); err != nil {
+		return nil, fmt.Errorf("hosted: %w", err)
 	}
 	base := "file:" + strings.NewReplacer("%", "%25", "?", "%3F", "#", "%23").Replace(abs) + "?_busy_timeout=10000"
 	s := &sqliteStore{path: abs, p: prefix}

@@ -9,7 +9,7 @@ import (
 	"strconv"
 	"unicode/utf8"
 
-	"agentkit/hosted/wire"
+	"agentkit/kv/hostedkv/wire"
 )
 
 // The native tables: eval runs, A/B samples and snapshots, and the memory

@@ -33,6 +33,7 @@ const (
 	authorKVDir      = "kv/"
 	ledgerDir        = "durable-session/"
 	actorsDir        = "actors/"
+	migrationsDir    = "migrations/"
 )
 
 // atLayout is RFC 3339 in UTC with milliseconds, as A/B sample keys use it.
@@ -265,10 +266,18 @@ func ParseSessionIndex(prefix, key string) (updated time.Time, sessionSegment st
 // ContinuationsPrefix returns "agentkit/v1/{agent}/continuations/".
 func (s Scope) ContinuationsPrefix() string { return s.base() + continuationsDir }
 
-// Continuation returns "agentkit/v1/{agent}/continuations/{token}", whose
-// value is the id of the session the token names.
-func (s Scope) Continuation(token string) (string, error) {
-	return s.join(continuationsDir, "", part("continuation token", token))
+// Continuation returns "agentkit/v1/{agent}/continuations/{digest}",
+// whose value names the session of the token whose TokenDigest digest is.
+// (Records an earlier build wrote under the plain token have the token as
+// the segment; a migration rewrites them.)
+func (s Scope) Continuation(digest string) (string, error) {
+	return s.join(continuationsDir, "", part("continuation token", digest))
+}
+
+// Migration returns "agentkit/v1/{agent}/migrations/{name}": the record
+// that a one-time migration of the agent's records finished.
+func (s Scope) Migration(name string) (string, error) {
+	return s.join(migrationsDir, "", part("migration name", name))
 }
 
 // RemindersPrefix returns "agentkit/v1/{agent}/reminders/".
@@ -383,4 +392,21 @@ func (s Scope) ActorsPrefix() string { return s.base() + actorsDir }
 // schedules/{id}).
 func (s Scope) Actor(actorID string) (string, error) {
 	return s.join(actorsDir, "/", part("actor id", actorID))
+}
+
+// ProbePrefix is "agentkit/v1/probe:coordination/", the prefix of the keys
+// the start-up probe of the compare-and-set checks writes and deletes
+// (storage.ProbeCoordination). It lies outside every agent's keys: its
+// first segment holds a ':', which an encoded agent name never does (a
+// digest segment starts with "sha256:").
+const ProbePrefix = Root + "probe:coordination/"
+
+// CoordinationProbe returns ProbePrefix + the encoded nonce, the key of one
+// start-up probe. An empty nonce is an error matching ErrEmptySegment.
+func CoordinationProbe(nonce string) (string, error) {
+	e, err := seg("probe nonce", nonce)
+	if err != nil {
+		return "", err
+	}
+	return ProbePrefix + e, nil
 }

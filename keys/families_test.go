@@ -422,3 +422,20 @@ func TestRedactHidesContinuationTokensOnly(t *testing.T) {
 		t.Errorf("Redact changed a session key: %q -> %q", meta, got)
 	}
 }
+
+// TestCoordinationProbe: a probe key is under ProbePrefix, and no agent's
+// key, whatever the agent's name, is under it.
+func TestCoordinationProbe(t *testing.T) {
+	k, err := CoordinationProbe("n/1")
+	if err != nil || k != "agentkit/v1/probe:coordination/n%2F1" {
+		t.Fatalf("CoordinationProbe = %q, %v", k, err)
+	}
+	if _, err := CoordinationProbe(""); !errors.Is(err, ErrEmptySegment) {
+		t.Errorf("an empty nonce: %v", err)
+	}
+	for _, name := range []string{"probe:coordination", "probe", "probe:coordination/x", strings.Repeat("p", 300)} {
+		if p := mustAgent(t, name).Prefix(); strings.HasPrefix(p, ProbePrefix) || strings.HasPrefix(ProbePrefix, p) {
+			t.Errorf("agent %q has the prefix %q, which overlaps the probe prefix %q", name, p, ProbePrefix)
+		}
+	}
+}

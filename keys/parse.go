@@ -14,7 +14,7 @@ const (
 	FamilyUnknown      Family = iota // the zero Family; Parse never returns it
 	FamilySessionMeta                // sessions/{sessionId}/meta
 	FamilyEventBatch                 // sessions/{sessionId}/events/{batch}
-	FamilyContinuation               // continuations/{token}
+	FamilyContinuation               // continuations/{digest} (a plain token in records of earlier builds)
 	FamilyReminder                   // reminders/{reminderId}
 	FamilyEvalRun                    // eval-runs/{runId}
 	FamilyABSample                   // ab-samples/{experiment}/{sessionId}/{at}
@@ -25,6 +25,7 @@ const (
 	FamilySessionHead                // sessions/{sessionId}/head
 	FamilyBatchPart                  // sessions/{sessionId}/parts/{batchId}/{part}
 	FamilySessionIndex               // session-index/{inv}/{sessionId}
+	FamilyMigration                  // migrations/{name}
 )
 
 var familyNames = [...]string{
@@ -42,6 +43,7 @@ var familyNames = [...]string{
 	FamilySessionHead:  "session head",
 	FamilyBatchPart:    "session event batch part",
 	FamilySessionIndex: "session index",
+	FamilyMigration:    "migration marker",
 }
 
 // String returns the family's name as 02-keys.md writes it.
@@ -133,6 +135,8 @@ func Parse(key string) (Key, error) {
 		k.Family, k.Session, k.Batch = FamilyEventBatch, parts[1], b
 	case dir == continuationsDir && n == 2 && segs(1):
 		k.Family, k.ID = FamilyContinuation, parts[1]
+	case dir == migrationsDir && n == 2 && segs(1):
+		k.Family, k.ID = FamilyMigration, parts[1]
 	case dir == remindersDir && n == 2 && segs(1):
 		k.Family, k.ID = FamilyReminder, parts[1]
 	case dir == evalRunsDir && n == 2 && segs(1):

@@ -19,6 +19,11 @@ type Capabilities struct {
 	// Batch is true when the backend applies batches atomically
 	// (Batcher); it comes with the CAS group, and is false without it.
 	Batch bool
+	// ListAfter is true when the backend starts a listing after a key
+	// itself (AfterLister), so a page costs what it yields. Without it,
+	// DB.ListAfter still works, by reading and dropping the keys up to the
+	// point. It is false without List.
+	ListAfter bool
 	// MissingCAS names the CAS methods a partial group lacks, in contract
 	// order. It is empty when the group is complete or wholly absent.
 	MissingCAS []string
@@ -82,6 +87,8 @@ func Discover(backend any) Capabilities {
 	_, c.Get = backend.(Getter)
 	_, c.Delete = backend.(Deleter)
 	_, c.List = backend.(Lister)
+	_, c.ListAfter = backend.(AfterLister)
+	c.ListAfter = c.ListAfter && c.List
 	present := []bool{false, false, false, false}
 	_, present[0] = backend.(getWithVersioner)
 	_, present[1] = backend.(putIfAbsenter)
@@ -142,7 +149,7 @@ func (c Capabilities) String() string {
 	for _, p := range []struct {
 		name string
 		ok   bool
-	}{{"put", c.Put}, {"get", c.Get}, {"delete", c.Delete}, {"list", c.List}, {"cas", c.CAS}} {
+	}{{"put", c.Put}, {"get", c.Get}, {"delete", c.Delete}, {"list", c.List}, {"list-after", c.ListAfter}, {"cas", c.CAS}} {
 		if p.ok {
 			parts = append(parts, p.name)
 		}

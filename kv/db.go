@@ -173,6 +173,17 @@ func (d *DB) wrap(ctx context.Context, op, key string, err error) error {
 	return &Error{Driver: d.name, Op: op, Key: key, Err: err}
 }
 
+// preList runs pre's checks for a listing, and checks its start point.
+func (d *DB) preList(ctx context.Context, op, prefix, after string, present bool, method string) error {
+	if err := d.pre(ctx, op, prefix, present, method); err != nil {
+		return err
+	}
+	if err := validatePrefix(after); err != nil {
+		return &Error{Driver: d.name, Op: op, Key: prefix, Err: fmt.Errorf("the start point (after): %w", err)}
+	}
+	return nil
+}
+
 // pre runs the checks every keyed method shares.
 func (d *DB) pre(ctx context.Context, op, key string, present bool, method string) error {
 	var err error
@@ -246,18 +257,41 @@ func (d *DB) Delete(ctx context.Context, key string) (err error) {
 // List yields every entry whose key starts with prefix, in ascending bytewise
 // key order, each once. An error ends the sequence.
 func (d *DB) List(ctx context.Context, prefix string) iter.Seq2[Entry, error] {
+	return d.entries(ctx, prefix, "", false)
+}
+
+// ListAfter yields what List(ctx, prefix) would, minus the keys that sort
+// at or before after: the next page of a listing that stopped at after.
+// On a backend with the start-after capability (Capabilities.ListAfter)
+// the listing starts at the point; on others it reads the prefix from its
+// start and drops the keys up to the point, so prefer large pages there.
+// after need not be a stored key; "" lists the whole prefix.
+func (d *DB) ListAfter(ctx context.Context, prefix, after string) iter.Seq2[Entry, error] {
+	return d.entries(ctx, prefix, after, true)
+}
+
+func (d *DB) entries(ctx context.Context, prefix, after string, from bool) iter.Seq2[Entry, error] {
 	return func(yield func(Entry, error) bool) {
 		var failed error
 		if d.obs != nil {
 			defer d.observe(ctx, OpList, prefix, time.Now(), &failed)
 		}
-		if err := d.pre(ctx, "list", prefix, d.list != nil, "List"); err != nil {
+		if err := d.preList(ctx, "list", prefix, after, d.list != nil, "List"); err != nil {
 			failed = err
 			yield(Entry{}, err)
 			return
 		}
-		check := orderCheck{prefix: prefix}
-		for e, err := range d.list.List(ctx, prefix) {
+		var seq iter.Seq2[Entry, error]
+		switch {
+		case !from:
+			seq = d.list.List(ctx, prefix)
+		case d.caps.ListAfter:
+			seq = d.list.(AfterLister).ListAfter(ctx, prefix, after)
+		default:
+			seq = skipTo(d.list.List(ctx, prefix), after, func(e Entry) string { return e.Key })
+		}
+		check := orderCheck{prefix: prefix, after: after}
+		for e, err := range seq {
 			if err == nil {
 				err = check.next(e.Key)
 			}
@@ -273,6 +307,20 @@ func (d *DB) List(ctx context.Context, prefix string) iter.Seq2[Entry, error] {
 				e.Value = []byte{}
 			}
 			if !yield(e, nil) {
+				return
+			}
+		}
+	}
+}
+
+// skipTo drops the elements of seq whose key sorts at or before after.
+func skipTo[T any](seq iter.Seq2[T, error], after string, key func(T) string) iter.Seq2[T, error] {
+	return func(yield func(T, error) bool) {
+		for v, err := range seq {
+			if err == nil && key(v) <= after {
+				continue
+			}
+			if !yield(v, err) || err != nil {
 				return
 			}
 		}
@@ -352,20 +400,33 @@ func (d *DB) PutIfVersion(ctx context.Context, key string, value []byte, expecte
 // ListKeys yields the keys with the prefix, with List's guarantees. Without a
 // CAS group it falls back to List and drops the values.
 func (d *DB) ListKeys(ctx context.Context, prefix string) iter.Seq2[string, error] {
+	return d.keys(ctx, prefix, "", false)
+}
+
+// ListKeysAfter yields what ListKeys(ctx, prefix) would, minus the keys
+// that sort at or before after, as ListAfter does for entries.
+func (d *DB) ListKeysAfter(ctx context.Context, prefix, after string) iter.Seq2[string, error] {
+	return d.keys(ctx, prefix, after, true)
+}
+
+func (d *DB) keys(ctx context.Context, prefix, after string, from bool) iter.Seq2[string, error] {
 	return func(yield func(string, error) bool) {
 		var failed error
 		if d.obs != nil {
 			defer d.observe(ctx, OpListKeys, prefix, time.Now(), &failed)
 		}
-		if err := d.pre(ctx, "list keys", prefix, d.cas != nil || d.list != nil, "ListKeys"); err != nil {
+		if err := d.preList(ctx, "list keys", prefix, after, d.cas != nil || d.list != nil, "ListKeys"); err != nil {
 			failed = err
 			yield("", err)
 			return
 		}
 		var seq iter.Seq2[string, error]
-		if d.cas != nil {
+		switch {
+		case from && d.caps.ListAfter:
+			seq = d.list.(AfterLister).ListKeysAfter(ctx, prefix, after)
+		case d.cas != nil:
 			seq = d.cas.ListKeys(ctx, prefix)
-		} else {
+		default:
 			seq = func(yield func(string, error) bool) {
 				for e, err := range d.list.List(ctx, prefix) {
 					if !yield(e.Key, err) || err != nil {
@@ -374,7 +435,10 @@ func (d *DB) ListKeys(ctx context.Context, prefix string) iter.Seq2[string, erro
 				}
 			}
 		}
-		check := orderCheck{prefix: prefix}
+		if from && !d.caps.ListAfter {
+			seq = skipTo(seq, after, func(k string) string { return k })
+		}
+		check := orderCheck{prefix: prefix, after: after}
 		for k, err := range seq {
 			if err == nil {
 				err = check.next(k)
@@ -394,10 +458,11 @@ func (d *DB) ListKeys(ctx context.Context, prefix string) iter.Seq2[string, erro
 	}
 }
 
-// orderCheck verifies a listing stays inside its prefix in strictly
-// ascending order.
+// orderCheck verifies a listing stays inside its prefix, after its start
+// point, in strictly ascending order.
 type orderCheck struct {
 	prefix  string
+	after   string // "" for a listing from the start of the prefix
 	last    string
 	started bool
 }
@@ -405,6 +470,9 @@ type orderCheck struct {
 func (c *orderCheck) next(key string) error {
 	if !strings.HasPrefix(key, c.prefix) {
 		return fmt.Errorf("%w: listing yielded %q, outside the prefix", ErrBrokenDriver, key)
+	}
+	if key <= c.after {
+		return fmt.Errorf("%w: a listing after %q yielded %q, which sorts at or before it", ErrBrokenDriver, c.after, key)
 	}
 	if c.started && key <= c.last {
 		what := "out of ascending order"

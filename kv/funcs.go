@@ -22,6 +22,12 @@ type Funcs struct {
 	Get    func(ctx context.Context, key string) ([]byte, error)
 	Delete func(ctx context.Context, key string) error
 	List   func(ctx context.Context, prefix string) iter.Seq2[Entry, error]
+	// ListAfter and ListKeysAfter are the start-after capability
+	// (AfterLister): both or neither, and only with List. Left nil, DB's
+	// ListAfter and ListKeysAfter fall back to List and drop the keys up to
+	// the point.
+	ListAfter     func(ctx context.Context, prefix, after string) iter.Seq2[Entry, error]
+	ListKeysAfter func(ctx context.Context, prefix, after string) iter.Seq2[string, error]
 	// CAS is the compare-and-set group: all four fields or none. A partial
 	// group is rejected by New and by storage.Define, naming the missing
 	// fields.
@@ -63,6 +69,7 @@ type funcsBackend struct{ f Funcs }
 var _ interface {
 	Store
 	CAS
+	AfterLister
 	CapabilityReporter
 } = funcsBackend{}
 
@@ -83,6 +90,7 @@ func (b funcsBackend) Capabilities() Capabilities {
 		Get:          f.Get != nil,
 		Delete:       f.Delete != nil,
 		List:         f.List != nil,
+		ListAfter:    f.List != nil && f.ListAfter != nil && f.ListKeysAfter != nil,
 		ProcessLocal: f.ProcessLocal,
 	}
 	c.CAS, c.MissingCAS = casGroup([]bool{
@@ -123,6 +131,22 @@ func (b funcsBackend) List(ctx context.Context, prefix string) iter.Seq2[Entry, 
 		return errSeq[Entry](unsupported("List"))
 	}
 	return b.f.List(ctx, prefix)
+}
+
+// ListAfter calls the ListAfter field.
+func (b funcsBackend) ListAfter(ctx context.Context, prefix, after string) iter.Seq2[Entry, error] {
+	if b.f.ListAfter == nil {
+		return errSeq[Entry](unsupported("ListAfter"))
+	}
+	return b.f.ListAfter(ctx, prefix, after)
+}
+
+// ListKeysAfter calls the ListKeysAfter field.
+func (b funcsBackend) ListKeysAfter(ctx context.Context, prefix, after string) iter.Seq2[string, error] {
+	if b.f.ListKeysAfter == nil {
+		return errSeq[string](unsupported("ListKeysAfter"))
+	}
+	return b.f.ListKeysAfter(ctx, prefix, after)
 }
 
 // GetWithVersion calls the CAS.GetWithVersion field.

@@ -125,6 +125,23 @@ type Lister interface {
 	List(ctx context.Context, prefix string) iter.Seq2[Entry, error]
 }
 
+// AfterLister is the optional start-after capability of a listing. A
+// backend with an index ordered by key (SQL, S3, a sorted map) starts a
+// listing at a point itself, so a caller paging through n keys reads each
+// once. Without it, DB's ListAfter and ListKeysAfter read the listing from
+// the start of the prefix and drop the keys up to the point, which makes
+// paging quadratic.
+//
+// Both methods yield what List and ListKeys of the prefix would, minus the
+// keys that sort at or before after (bytewise), with List's guarantees: a
+// key of the prefix that sorts after after and existed before the listing
+// began, and was not deleted during it, is always yielded. after need not
+// be a stored key, nor start with the prefix.
+type AfterLister interface {
+	ListAfter(ctx context.Context, prefix, after string) iter.Seq2[Entry, error]
+	ListKeysAfter(ctx context.Context, prefix, after string) iter.Seq2[string, error]
+}
+
 // Store is the full core: Put, Get, Delete and List.
 type Store interface {
 	Putter

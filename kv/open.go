@@ -143,37 +143,118 @@ func OpenWith(ctx context.Context, rawURL string, opts OpenOptions) (*DB, error)
 	return db, nil
 }
 
-// RedactURL returns u as a string fit for logs and errors: a password, a
-// bare user name (which may be a token, as in nats://TOKEN@host) and the
-// values of query parameters whose names suggest a secret are replaced by
-// "REDACTED".
+// RedactURL returns u as a string fit for errors, logs and output, with
+// every credential it may hold replaced by "REDACTED":
+//
+//   - the password, always;
+//   - the user name, unless the scheme takes it for a login name that is
+//     not a secret: postgres and postgresql always, redis, rediss and nats
+//     when a password is given too. A bare user on those (nats://TOKEN@host)
+//     is a token or a password, and on every other scheme the user is
+//     hidden as well: on agentkit+http(s) the user or the password is the
+//     deployment token, on s3 the user is the access key id, and an
+//     unknown scheme is not guessed at;
+//   - the values of query parameters whose names suggest a secret (such as
+//     password=, token=, secret_key=, creds=), however the query is
+//     separated;
+//   - user information that did not parse as such: a token or password
+//     holding an unescaped '/', '?' or '#' ends the host there, so an '@'
+//     after the host (in the path, query or fragment) hides everything
+//     before it, and so does an '@' in the opaque part of a URL that does
+//     not name a file (sqlite: and file: URLs are paths).
+//
+// Open names the store with it in the errors of every driver; agentkit
+// (its CLI, server and storaged) prints store URLs in no other way.
 func RedactURL(u *url.URL) string {
+	if u == nil {
+		return ""
+	}
 	c := *u
+	scheme := strings.ToLower(c.Scheme)
 	if c.User != nil {
-		if _, hasPassword := c.User.Password(); hasPassword {
-			c.User = url.UserPassword(c.User.Username(), "REDACTED")
+		name := c.User.Username()
+		_, hasPassword := c.User.Password()
+		if name != "" && !userIsName(scheme, hasPassword) {
+			name = redacted
+		}
+		if hasPassword {
+			c.User = url.UserPassword(name, redacted)
 		} else {
-			c.User = url.User("REDACTED") // a bare user may be a token
+			c.User = url.User(name)
 		}
 	}
-	if c.RawQuery != "" {
-		q := c.Query()
-		changed := false
-		for name := range q {
-			n := strings.ToLower(name)
-			for _, secret := range []string{"password", "passwd", "secret", "token", "key", "creds", "credential"} {
-				if strings.Contains(n, secret) {
-					q[name] = []string{"REDACTED"}
-					changed = true
-					break
-				}
-			}
+	c.RawQuery = redactQuery(c.RawQuery)
+	if !strayAt(&c, scheme) {
+		return c.String()
+	}
+	if c.Opaque != "" {
+		c.Opaque = redacted + c.Opaque[strings.LastIndex(c.Opaque, "@"):]
+		return c.String()
+	}
+	// What parsed as the host is the start of the user information.
+	c.User = nil
+	s := c.String()
+	return c.Scheme + "://" + redacted + s[strings.LastIndex(s, "@"):]
+}
+
+const redacted = "REDACTED"
+
+// pathSchemes are the schemes whose opaque part is a file's path, where an
+// '@' is part of a name.
+var pathSchemes = map[string]bool{"file": true, "sqlite": true, "mem": true}
+
+// userIsName reports whether the user part of a URL of the scheme is a
+// login name rather than a secret; see RedactURL.
+func userIsName(scheme string, hasPassword bool) bool {
+	switch scheme {
+	case "postgres", "postgresql":
+		return true
+	case "redis", "rediss", "nats":
+		return hasPassword
+	}
+	return false
+}
+
+// secretParams are the parts of query parameter names that mark a secret.
+var secretParams = []string{"password", "passwd", "pwd", "secret", "token", "key", "creds", "credential", "auth", "signature"}
+
+// redactQuery replaces the value of every parameter of a raw query whose
+// name suggests a secret. It splits on '&' and ';' alike and keeps the rest
+// as written, so a query net/url would reject is hidden as well as one it
+// reads.
+func redactQuery(raw string) string {
+	if raw == "" {
+		return raw
+	}
+	var b strings.Builder
+	for len(raw) > 0 {
+		i := strings.IndexAny(raw, "&;")
+		piece, sep := raw, ""
+		if i >= 0 {
+			piece, sep, raw = raw[:i], raw[i:i+1], raw[i+1:]
+		} else {
+			raw = ""
 		}
-		if changed {
-			c.RawQuery = q.Encode()
+		if name, _, ok := strings.Cut(piece, "="); ok && secretName(name) {
+			piece = name + "=" + redacted
+		}
+		b.WriteString(piece)
+		b.WriteString(sep)
+	}
+	return b.String()
+}
+
+func secretName(name string) bool {
+	if n, err := url.QueryUnescape(name); err == nil {
+		name = n
+	}
+	name = strings.ToLower(name)
+	for _, s := range secretParams {
+		if strings.Contains(name, s) {
+			return true
 		}
 	}
-	return c.String()
+	return false
 }
 
 func schemeList() string {
@@ -200,7 +281,29 @@ func parseStoreURL(raw string) (string, *url.URL, error) {
 		// url.Parse's error quotes the input, which may hold a password.
 		return "", nil, fmt.Errorf("%w: it does not parse; check its escaping (scheme %q)", ErrInvalidURL, schemeOf(raw))
 	}
-	return strings.ToLower(u.Scheme), u, nil
+	scheme := strings.ToLower(u.Scheme)
+	if strayAt(u, scheme) {
+		// Never quote raw: the part before the '@' is a credential.
+		return "", nil, fmt.Errorf("%w: an '@' follows the host, or the URL lacks the // of %s://USER@HOST; "+
+			"a token or password holding '/', '?' or '#' needs them percent-encoded (%%2F, %%3F, %%23), an '@' after the host is written %%40, "+
+			"and credentials go before the host, never in a parameter (such as a user in endpoint=)",
+			ErrInvalidURL, scheme)
+	}
+	return scheme, u, nil
+}
+
+// strayAt reports whether u has an '@' that is not the end of its user
+// information: one after the host, or in the opaque part of a URL that
+// does not name a file. Drivers would read what precedes it as the host,
+// path or query and could quote it in an error.
+func strayAt(u *url.URL, scheme string) bool {
+	if pathSchemes[scheme] {
+		return false
+	}
+	if u.Opaque != "" {
+		return strings.Contains(u.Opaque, "@")
+	}
+	return u.Host != "" && strings.Contains(u.EscapedPath()+u.RawQuery+u.EscapedFragment(), "@")
 }
 
 func schemeOf(raw string) string {

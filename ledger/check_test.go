@@ -39,6 +39,9 @@ func TestCheckStore(t *testing.T) {
 		return db
 	}
 	withCAS := func(f kv.Funcs, c kv.CASFuncs) kv.Funcs { f.CAS = c; return f }
+	casOf := func(s *memkv.Store) kv.CASFuncs {
+		return kv.CASFuncs{GetWithVersion: s.GetWithVersion, PutIfAbsent: s.PutIfAbsent, PutIfVersion: s.PutIfVersion, ListKeys: s.ListKeys}
+	}
 	noDelete := d.core()
 	noDelete.Delete = nil
 	for _, tc := range []struct {
@@ -54,6 +57,11 @@ func TestCheckStore(t *testing.T) {
 		{"no CAS group", mustDB(d.core()), false, storage.ErrNoCAS, []string{"CAS group (GetWithVersion, PutIfAbsent, PutIfVersion, ListKeys)"}},
 		{"no Delete", mustDB(withCAS(noDelete, kv.CASFuncsOf(d.s))), false, storage.ErrNoCAS, []string{"lacks Delete"}},
 		{"process-local CAS beside a durable store", mustDB(withCAS(d.core(), kv.CASFuncsOf(memkv.NewStore()))), false, storage.ErrSplitCAS, []string{"process memory"}},
+		{"durable plain and CAS of the same store", mustDB(withCAS(d.core(), casOf(d.s))), false, nil, nil},
+		// Another store's methods in the CAS group, with no word on where
+		// it keeps its data: the probe finds the split.
+		{"another store's CAS methods beside a durable store", mustDB(withCAS(d.core(), casOf(memkv.NewStore()))), false, storage.ErrSplitCAS,
+			[]string{"the plain methods (Put, Get, Delete, List)", "the CAS group (GetWithVersion, PutIfAbsent, PutIfVersion, ListKeys)", "not found by GetWithVersion", "not found by Get"}},
 		{"memory driver outside tests", memkv.New(), false, ErrMemoryStore, []string{"memory driver", "shared durable store"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -89,8 +97,8 @@ func TestOpenValidatesOptions(t *testing.T) {
 	}{
 		{Options{Store: store, Agent: "a", AllowProcessLocal: true}, "Handler is nil"},
 		{Options{Store: store, Handler: commitEcho, AllowProcessLocal: true}, "Agent is empty"},
-		{Options{Store: store, Agent: "a", Handler: commitEcho, AllowProcessLocal: true, DriftAllowance: 1}, "DriftAllowance is 1"},
-		{Options{Store: store, Agent: "a", Handler: commitEcho, AllowProcessLocal: true, MaxPending: -1}, "MaxPending is -1"},
+		{Options{Tuning: Tuning{DriftAllowance: 1}, Store: store, Agent: "a", Handler: commitEcho, AllowProcessLocal: true}, "DriftAllowance is 1"},
+		{Options{Tuning: Tuning{MaxPending: -1}, Store: store, Agent: "a", Handler: commitEcho, AllowProcessLocal: true}, "MaxPending is -1"},
 	} {
 		if _, err := Open(tc.opts); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("Open: %v; want an error containing %q", err, tc.want)
@@ -187,9 +195,11 @@ func TestStoreCallsPerMessage(t *testing.T) {
 		payload string
 		ack     map[string]int
 		total   map[string]int
+		keyed   bool // keyed events, with a window of 1: each turn keeps the key its event pushes out
 	}{
-		{"inline payload", `"hi"`, map[string]int{"cas": 1}, map[string]int{"cas": 3, "put": 1}},
-		{"blob payload", `"` + strings.Repeat("x", 100) + `"`, map[string]int{"cas": 1, "put": 1}, map[string]int{"cas": 3, "put": 2, "delete": 1}},
+		{"inline payload", `"hi"`, map[string]int{"cas": 1}, map[string]int{"cas": 3, "put": 1}, false},
+		{"blob payload", `"` + strings.Repeat("x", 100) + `"`, map[string]int{"cas": 1, "put": 1}, map[string]int{"cas": 3, "put": 2, "delete": 1}, false},
+		{"keyed, past the window", `"hi"`, map[string]int{"get": 1, "cas": 1}, map[string]int{"get": 1, "cas": 3, "put": 2}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			counting := newCounting(memkv.NewStore())
@@ -203,7 +213,11 @@ func TestStoreCallsPerMessage(t *testing.T) {
 			// not the acknowledgement's plus whatever the worker has done
 			// by then on a loaded machine.
 			proceed := make(chan struct{})
-			l, err := Open(Options{Store: db, Agent: "a", AllowProcessLocal: true, InlineLimit: 64,
+			window, warm := 0, 1
+			if tc.keyed {
+				window, warm = 1, 2
+			}
+			l, err := Open(Options{Store: db, Agent: "a", AllowProcessLocal: true, InlineLimit: 64, Tuning: Tuning{DedupWindow: window},
 				Handler: func(ctx context.Context, tr *Turn) error {
 					_, err := tr.Commit(ctx, nil)
 					return err
@@ -223,15 +237,18 @@ func TestStoreCallsPerMessage(t *testing.T) {
 			defer l.Close(context.Background())
 			defer close(proceed)
 			ctx := context.Background()
-			// A first message warms the cache.
-			if _, err := l.Deliver(ctx, "s", Event{ID: "warm", Payload: []byte(tc.payload)}); err != nil {
-				t.Fatal(err)
+			// A first message warms the cache (two fill a window of 1 and
+			// keep a key).
+			for _, id := range []string{"warm", "warm2"}[:warm] {
+				if _, err := l.Deliver(ctx, "s", Event{ID: id, Payload: []byte(tc.payload), Keyed: tc.keyed}); err != nil {
+					t.Fatal(err)
+				}
+				proceed <- struct{}{}
+				<-done
 			}
-			proceed <- struct{}{}
-			<-done
 			for i := range 3 {
 				counting.reset()
-				if _, err := l.Deliver(ctx, "s", Event{ID: string(rune('a' + i)), Payload: []byte(tc.payload)}); err != nil {
+				if _, err := l.Deliver(ctx, "s", Event{ID: string(rune('a' + i)), Payload: []byte(tc.payload), Keyed: tc.keyed}); err != nil {
 					t.Fatal(err)
 				}
 				if got := counting.snapshot(); !mapsEqual(got, tc.ack) {

@@ -192,7 +192,7 @@ func (l *Ledger) Replay(ctx context.Context, sessionID, eventID string) (Deliver
 	if size := len(d.Payload); size > l.opts.InlineLimit {
 		write := func(epoch uint64) error {
 			ref := blobRef(epoch, randomHex(8))
-			rec := mustJSON(blobRecord{Version: FormatVersion, Session: sessionID, EventID: eventID, Payload: d.Payload})
+			rec := encode(kindBlob, blobRecord{Version: FormatVersion, Session: sessionID, EventID: eventID, Payload: d.Payload})
 			if err := l.put(ctx, l.keys.blob(sessionID, ref), rec); err != nil {
 				return err
 			}
@@ -228,7 +228,7 @@ func (l *Ledger) Replay(ctx context.Context, sessionID, eventID string) (Deliver
 		if len(c.Pending) > 0 && (len(c.Pending) >= l.opts.MaxPending || total+int64(size) > l.opts.MaxPendingBytes) {
 			return nil, &BusyError{SessionID: sessionID, Pending: len(c.Pending), PendingBytes: total, RetryAfter: l.opts.RetryAfter}
 		}
-		e := entry{Seq: c.NextSeq, ID: eventID, Size: size, Replayed: true, From: d.InboxSeq}
+		e := entry{Seq: c.NextSeq, ID: eventID, Size: size, Replayed: true, From: d.InboxSeq, Keyed: d.Keyed}
 		switch {
 		case blob != "":
 			if ep, _ := blobEpoch(blob); c.Epoch > ep+1 {
@@ -321,7 +321,7 @@ func (l *Ledger) Drop(ctx context.Context, sessionID, eventID string) error {
 // dropped meanwhile, so the caller's compare-and-set will be fenced); either
 // way nothing more is written.
 func (l *Ledger) createDeadLetter(ctx context.Context, key string, rec deadLetter) error {
-	data := mustJSON(rec)
+	data := encode(kindDeadLetter, rec)
 	var err error
 	for i := range 3 {
 		if i > 0 {
@@ -346,5 +346,5 @@ func (l *Ledger) createDeadLetter(ctx context.Context, key string, rec deadLette
 func (l *Ledger) closeDeadLetter(ctx context.Context, sid, eventID string, inbox uint64, how string) error {
 	rec := deadLetter{Version: FormatVersion, Closed: how, Session: sid, EventID: eventID, InboxSeq: inbox,
 		Payload: json.RawMessage("null"), At: time.Now().UTC()}
-	return l.put(ctx, l.keys.dlq(sid, eventID, inbox), mustJSON(rec))
+	return l.put(ctx, l.keys.dlq(sid, eventID, inbox), encode(kindDeadLetter, rec))
 }

@@ -18,6 +18,13 @@ type Event struct {
 	ID string
 	// Payload is the event's content, a JSON value the Handler reads.
 	Payload json.RawMessage
+	// Keyed marks an id that a source may send again later (a client's
+	// Idempotency-Key, a reminder's id): it is remembered for
+	// IdempotencyWindow after the event was consumed, beyond the last
+	// DedupWindow consumed ids, and a delivery of it costs a read more
+	// once the session keeps such ids. An id a server made up for one
+	// call needs no more than DedupWindow.
+	Keyed bool
 }
 
 // EventState is where an event is.
@@ -38,9 +45,9 @@ const (
 type Delivery struct {
 	SessionID string
 	EventID   string
-	// Duplicate is true when the event id was already pending or among the
-	// session's recent ids; nothing was written, and State says where the
-	// event is.
+	// Duplicate is true when the event id was already pending, among the
+	// session's recent ids, or (for a keyed event) kept; nothing was
+	// written, and State says where the event is.
 	Duplicate bool
 	State     EventState
 	// InboxSeq is the event's place in the inbox (0 for a duplicate no
@@ -104,7 +111,7 @@ func (l *Ledger) deliver(ctx context.Context, sessionID string, ev Event) (Deliv
 	writeBlob := func(epoch uint64) error {
 		ref := blobRef(epoch, randomHex(8))
 		l.step("deliver:blob")
-		rec := mustJSON(blobRecord{Version: FormatVersion, Session: sessionID, EventID: ev.ID, Payload: ev.Payload})
+		rec := encode(kindBlob, blobRecord{Version: FormatVersion, Session: sessionID, EventID: ev.ID, Payload: ev.Payload})
 		if err := l.put(ctx, l.keys.blob(sessionID, ref), rec); err != nil {
 			return err
 		}
@@ -143,11 +150,29 @@ func (l *Ledger) deliver(ctx context.Context, sessionID string, ev Event) (Deliv
 				}
 				return nil, nil
 			}
+			if ev.Keyed {
+				// Past the window: the id's kept key, read after this
+				// record's version was known; the append expects that
+				// version (keep.go says why that is enough).
+				k, err := l.rules().kept(ctx, l, c, ev.ID)
+				if err != nil {
+					return nil, err
+				}
+				if k != nil {
+					l.step("deliver:kept")
+					keptDuplicate(&res, k)
+					res.Holder, res.Local = c.Holder, c.Holder == l.opts.HostID
+					return nil, nil
+				}
+				if c.Keys >= l.opts.MaxKeys {
+					return nil, l.keysBusy(c)
+				}
+			}
 			total, inlined := c.pendingBytes()
 			if len(c.Pending) > 0 && (len(c.Pending) >= l.opts.MaxPending || total+int64(size) > l.opts.MaxPendingBytes) {
 				return nil, &BusyError{SessionID: sessionID, Pending: len(c.Pending), PendingBytes: total, RetryAfter: l.opts.RetryAfter}
 			}
-			e := entry{Seq: c.NextSeq, ID: ev.ID, Size: size}
+			e := entry{Seq: c.NextSeq, ID: ev.ID, Size: size, Keyed: ev.Keyed}
 			switch {
 			case blob != "":
 				if ep, _ := blobEpoch(blob); c.Epoch > ep+1 {
@@ -307,7 +332,8 @@ type EventStatus struct {
 
 // Lookup reads where an event is: pending, committed (with the turn that
 // consumed it), or dead-lettered. An event consumed more than DedupWindow
-// events ago is ErrUnknownEvent.
+// events ago is ErrUnknownEvent, unless it was keyed and its key is still
+// kept (IdempotencyWindow).
 func (l *Ledger) Lookup(ctx context.Context, sessionID, eventID string) (EventStatus, error) {
 	c, err := l.readSession(ctx, sessionID)
 	if err != nil {
@@ -318,7 +344,16 @@ func (l *Ledger) Lookup(ctx context.Context, sessionID, eventID string) (EventSt
 	case i >= 0:
 		return EventStatus{State: StatePending, InboxSeq: c.Pending[i].Seq, Attempts: c.Pending[i].Attempts}, nil
 	case r == nil:
-		return EventStatus{}, fmt.Errorf("%w: %q in session %q", ErrUnknownEvent, eventID, sessionID)
+		k, err := l.rules().kept(ctx, l, c, eventID)
+		switch {
+		case err != nil:
+			return EventStatus{}, err
+		case k == nil:
+			return EventStatus{}, fmt.Errorf("%w: %q in session %q", ErrUnknownEvent, eventID, sessionID)
+		case k.Dead:
+			return EventStatus{State: StateDeadLettered}, nil
+		}
+		return EventStatus{State: StateCommitted, CommitSeq: k.Seq}, nil
 	case r.Dead:
 		return EventStatus{State: StateDeadLettered}, nil
 	}

@@ -7,19 +7,24 @@
 //
 // # Keys
 //
-// Every key is under agentkit/v1/{agent}/durable-session/ and the ledger
-// builds them itself from a raw store:
+// Every key is under agentkit/v1/{agent}/durable-session/, the family
+// package keys gives the ledger (keys.Scope.LedgerPrefix); inside it the
+// ledger builds its keys itself (keys.go), with keys.Segment encoding the
+// ids, and package storage, which builds the keys of the runtime's other
+// records, never writes there:
 //
 //	ctl/{sessionId}                                 the control record (compare-and-set only)
 //	data/{sessionId}/in/{epoch}/{nonce}             an event payload too large to inline
 //	data/{sessionId}/turns/{commitSeq}              a committed turn, written after its commit
 //	data/{sessionId}/out/{commitSeq}/{gen}-{turnId} a large turn output, written before its commit
+//	data/{sessionId}/keys/{eventId}                 a kept key: a keyed id past the window, written before it leaves it
 //	dlq/{sessionId}/{eventId}/{inboxSeq}            a dead letter
 //
 // Control records have a prefix of their own, so the janitor and Sessions
 // read one record per session whatever the sessions hold. Every record
-// carries a format version ("v", FormatVersion); a newer one is refused
-// with ErrFormat, never misread.
+// carries a format version ("v", FormatVersion) under the version rule of
+// package record, the runtime's one codec; a newer one is refused with
+// ErrFormat, never misread.
 //
 // # The control record
 //
@@ -29,8 +34,9 @@
 // committed head (commit sequence, last turn id), the inbox (next inbox
 // sequence, pending entries with their attempts and inline payload or blob
 // reference), the de-duplication window (the last DedupWindow consumed
-// event ids, default 64, each with the turn that consumed it), the blob
-// epoch, and the committed turns not yet flushed to their own key.
+// event ids, default 64, each with the turn that consumed it), the count
+// of kept keys, the blob epoch, and the committed turns not yet flushed
+// to their own key.
 //
 // # Delivery: the acknowledgement is one compare-and-set
 //
@@ -40,7 +46,8 @@
 // blob. The host caches the record and its version, so an uncontended
 // delivery to a session it served last costs exactly that one write and no
 // read. A delivery of a known event id (pending, or in the window) is a
-// duplicate and writes nothing. When no host holds the session, the same
+// duplicate and writes nothing; so is a keyed one whose id is kept (see
+// below). When no host holds the session, the same
 // write makes this host the holder with a new generation, and counts the
 // first attempt of the head event; otherwise the event waits for the
 // holder, which drains it (Delivery.Local tells which). A write whose
@@ -53,6 +60,31 @@
 // A full inbox (MaxPending events or MaxPendingBytes of payload) refuses
 // the delivery with a BusyError carrying RetryAfter: nothing is
 // acknowledged and then dropped.
+//
+// # Keyed events: idempotency for a time, not a count
+//
+// An event whose id a source may send again much later (Event.Keyed: a
+// client's Idempotency-Key, a reminder's id) is remembered for
+// IdempotencyWindow (24 hours by default) after it was consumed, however
+// many events follow. Its id leaves the window into a kept key,
+// data/{sid}/keys/{eventId}, which the holder writes with a plain put
+// BEFORE the compare-and-set that evicts the id (Turn.Commit and
+// dead-lettering wait for it), and which the control record counts. A
+// delivery of a keyed id the record does not know reads that key after
+// it knows the record's version V (a read, or its cached write), and
+// appends with a compare-and-set expecting V. An eviction at or before V
+// wrote its kept key before this host learnt of V, so the read finds it:
+// a duplicate. An eviction after V changed the version, so the append
+// fails and is judged again on a fresh read. So de-duplication stays
+// atomic with the acknowledgement, still one compare-and-set; a keyed
+// delivery reads one key more once the session keeps any, an unkeyed one
+// costs what it did. The janitor deletes a kept key once IdempotencyWindow
+// + ClockSkew have passed since it was written, on its own wall clock,
+// while its id is in neither the inbox nor the window, and counts the
+// rest again from a listing (never below the truth, which a delivery
+// relies on when the count is 0 and it reads nothing). A keyed delivery to
+// a session keeping MaxKeys kept keys is refused with a BusyError (Keys
+// set) until the oldest expire. A retry after the window is a new event.
 //
 // # Turns consume one event each, in inbox order
 //
@@ -116,7 +148,8 @@
 //
 // Run scans the control records by prefix every JanitorInterval
 // (jittered) and takes over, at most TakeoverRate per second, sessions
-// whose holder went silent and sessions with events and no holder. The
+// whose holder went silent and sessions with events and no holder, and
+// collects expired kept keys. The
 // sweep deletes an idle session's orphans without clocks: one
 // compare-and-set advances the blob epoch from E to E+1, then blobs of
 // epoch E-1 or older that the record does not reference are deleted; a

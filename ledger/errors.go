@@ -4,14 +4,17 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"agentkit/record"
 )
 
 // Errors matched with errors.Is.
 var (
 	// ErrBusy means a delivery was refused because the session's inbox is
-	// full (by count or by bytes). Nothing was acknowledged; the source
-	// should retry after the BusyError's RetryAfter. The server maps it to
-	// HTTP 429 with a Retry-After header.
+	// full (by count or by bytes), or, for a keyed event, because the
+	// session keeps MaxKeys idempotency keys. Nothing was acknowledged;
+	// the source should retry after the BusyError's RetryAfter. The server
+	// maps it to HTTP 429 with a Retry-After header.
 	ErrBusy = errors.New("ledger: the session's inbox is full")
 	// ErrDeleted means the session was deleted: its control record is a
 	// tombstone, and it accepts no delivery and serves no transcript.
@@ -19,9 +22,10 @@ var (
 	// ErrUnknownSession means no control record exists for the session.
 	ErrUnknownSession = errors.New("ledger: unknown session")
 	// ErrUnknownEvent means the event id is neither pending nor among the
-	// session's recent event ids (the de-duplication window): it was never
-	// delivered, or it was consumed so long ago that the window has moved
-	// past it.
+	// session's recent event ids (the de-duplication window) nor, for a
+	// keyed event, kept: it was never delivered, or it was consumed so
+	// long ago that the window (and the IdempotencyWindow) has moved past
+	// it.
 	ErrUnknownEvent = errors.New("ledger: unknown event")
 	// ErrDeadLettered means the event went to the dead-letter store after
 	// MaxAttempts attempts.
@@ -40,9 +44,10 @@ var (
 	// ErrTooLarge means an event payload or an event id exceeds its limit.
 	ErrTooLarge = errors.New("ledger: too large")
 	// ErrFormat means a stored record was written by a newer agentkit (a
-	// higher format version) or is not a ledger record; it is never
-	// misread.
-	ErrFormat = errors.New("ledger: unreadable record")
+	// higher format version, record.ErrNewerFormat) or is not a ledger
+	// record (record.ErrBadRecord); it is never misread. It is
+	// record.ErrUnreadable.
+	ErrFormat = record.ErrUnreadable
 	// ErrMemoryStore means a process-local store (the memory driver) was
 	// given to a Ledger without Options.AllowProcessLocal.
 	ErrMemoryStore = errors.New("ledger: the store keeps its data in this process only")
@@ -59,10 +64,18 @@ type BusyError struct {
 	PendingBytes int64 // their payload bytes
 	// RetryAfter is how long the source should wait before retrying.
 	RetryAfter time.Duration
+	// Keys is set when the limit reached is MaxKeys, not the inbox's: the
+	// kept keys of the session's keyed events (RetryAfter then waits for
+	// the oldest to expire).
+	Keys int
 }
 
 // Error says which limit was reached.
 func (e *BusyError) Error() string {
+	if e.Keys > 0 {
+		return fmt.Sprintf("ledger: session %q keeps %d idempotency keys, at its limit (MaxKeys); a keyed event can be queued again once the oldest expire, after %s",
+			e.SessionID, e.Keys, e.RetryAfter)
+	}
 	return fmt.Sprintf("ledger: session %q has %d events (%d bytes) pending, at its limit; retry after %s",
 		e.SessionID, e.Pending, e.PendingBytes, e.RetryAfter)
 }

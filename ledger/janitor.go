@@ -25,7 +25,9 @@ type observation struct {
 //     pending events and no holder, and runs its turns here;
 //   - sweeps an idle session's orphan payload blobs and turn outputs (at
 //     most every SweepEvery per session);
-//   - finishes deleting sessions whose deletion was interrupted.
+//   - finishes deleting sessions whose deletion was interrupted;
+//   - deletes the kept keys of keyed events whose IdempotencyWindow (and
+//     ClockSkew) has passed, on this host's wall clock (keep.go).
 //
 // Takeovers and sweeps are limited to TakeoverRate per second. Takeover is
 // one compare-and-set, so janitors of several hosts racing for a session
@@ -105,6 +107,9 @@ func (l *Ledger) scan(ctx context.Context, lim *limiter) {
 					return l.sweep(ctx, c)
 				}
 			}
+		}
+		if act == nil && l.keysDue(c, l.wallNow()) {
+			act = func() error { return l.collectKeys(ctx, sid) }
 		}
 		if act == nil {
 			continue

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -210,6 +211,172 @@ func TestJanitorJitter(t *testing.T) {
 		}
 		if len(gaps) < len(scans)/2 {
 			t.Fatalf("only %d distinct pauses in %d scans: no jitter", len(gaps), len(scans))
+		}
+	})
+}
+
+// sweepTwice runs two sweeps of session s from l with seen, the idle record
+// the janitor read before the session moved on, and reports whether they
+// went ahead: the blob epoch moved, or an orphan blob of epoch 0 (which two
+// sweeps of an idle session delete) is gone.
+func sweepTwice(t *testing.T, c *cluster, l *Ledger, seen *control, orphan string) (epochBefore, epochAfter uint64, orphanKept bool) {
+	t.Helper()
+	epochBefore = c.w.mon.current("s").Epoch
+	for range 2 {
+		if err := l.sweep(context.Background(), seen); err != nil {
+			t.Error(err)
+		}
+	}
+	return epochBefore, c.w.mon.current("s").Epoch, c.w.mon.base.has(orphan)
+}
+
+// idleSession commits one turn on h0 and returns the session's record once
+// it is idle (no holder, nothing pending, a turn since the last sweep: what
+// the janitor sweeps), with an orphan blob of epoch 0 planted beside it.
+func idleSession(t *testing.T, c *cluster) (idle *control, orphan string) {
+	t.Helper()
+	ctx := context.Background()
+	a := c.hosts[0]
+	if _, err := a.l.Deliver(ctx, "s", msg("e1")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.l.Await(ctx, "s", "e1"); err != nil {
+		t.Fatal(err)
+	}
+	synctest.Wait()
+	idle = c.w.mon.current("s")
+	if idle.Holder != "" || len(idle.Pending) > 0 || idle.Commit <= idle.Swept {
+		t.Fatalf("set-up: the record is not idle with a turn to sweep: holder %q, %d pending, commit %d, swept %d", idle.Holder, len(idle.Pending), idle.Commit, idle.Swept)
+	}
+	orphan = c.w.mon.keys.blob("s", blobRef(0, "deadbeef"))
+	if err := c.w.base.Put(ctx, orphan, []byte(`{"v":1}`)); err != nil {
+		t.Fatal(err)
+	}
+	// Two sweeps of an idle session take this orphan: that is what the
+	// tests below check does not happen once the session is busy.
+	return idle, orphan
+}
+
+// TestSweepSkipsASessionWithALiveHolder: the janitor read a session idle,
+// then a host took it (a delivery took the lease and committed a turn);
+// the sweep's compare-and-set sees the holder and gives up: the blob epoch
+// stays and nothing is deleted, even with no message pending.
+func TestSweepSkipsASessionWithALiveHolder(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		type result struct {
+			holder        string
+			before, after uint64
+			kept          bool
+		}
+		var c *cluster
+		var once sync.Once
+		var armed atomic.Pointer[control] // the idle record, once e1 is done
+		var orphan atomic.Value
+		results := make(chan result, 1)
+		c = newCluster(t, 2, func(o *Options) {
+			o.SweepEvery = time.Hour
+			o.JanitorInterval = time.Hour
+			if o.HostID != "h0" {
+				return
+			}
+			o.test.step = func(name string) {
+				// Between the commit of e2 and the release: h0 holds the
+				// session and its inbox is empty.
+				idle := armed.Load()
+				if name != "flush" || idle == nil {
+					return
+				}
+				cur := c.w.mon.current("s")
+				if cur == nil || cur.Holder != "h0" || len(cur.Pending) > 0 || cur.LastTurn == idle.LastTurn {
+					return
+				}
+				once.Do(func() {
+					before, after, kept := sweepTwice(t, c, c.hosts[1].l, idle, orphan.Load().(string))
+					results <- result{cur.Holder, before, after, kept}
+				})
+			}
+		})
+		idle, o := idleSession(t, c)
+		orphan.Store(o)
+		armed.Store(idle)
+		ctx := context.Background()
+		if _, err := c.hosts[0].l.Deliver(ctx, "s", msg("e2")); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.hosts[0].l.Await(ctx, "s", "e2"); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait() // h0 flushed and released
+		var r result
+		select {
+		case r = <-results:
+		default:
+			t.Fatal("set-up: h0 never flushed e2's turn while holding the session with an empty inbox")
+		}
+		if r.after != r.before {
+			t.Errorf("the sweep moved the blob epoch from %d to %d while %s held the session", r.before, r.after, r.holder)
+		}
+		if !r.kept {
+			t.Errorf("the sweep deleted an orphan blob while %s held the session", r.holder)
+		}
+	})
+}
+
+// TestSweepSkipsASessionWithPendingMessages: the janitor read a session
+// idle; then a message was delivered and its host shut down, handing the
+// session off with the message still queued and no holder. The sweep's
+// compare-and-set sees the pending message and gives up: the blob epoch
+// stays and nothing is deleted. The next host takes the message over and
+// answers it.
+func TestSweepSkipsASessionWithPendingMessages(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t, 2, func(o *Options) {
+			o.SweepEvery = time.Hour
+			o.JanitorInterval = time.Hour
+		})
+		idle, orphan := idleSession(t, c)
+		ctx := context.Background()
+		a, b := c.hosts[0], c.hosts[1]
+		// h0 starts e2's turn and holds it until it is closing; e3 waits
+		// behind it, and the close hands the session off with e3 queued.
+		started, finish := make(chan struct{}), make(chan struct{})
+		a.setHandler(func(ctx context.Context, tr *Turn) error {
+			if tr.Event.ID == "e2" {
+				close(started)
+				<-finish
+			}
+			return commitEcho(ctx, tr)
+		})
+		for _, id := range []string{"e2", "e3"} {
+			if _, err := a.l.Deliver(ctx, "s", msg(id)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		<-started
+		closed := make(chan error, 1)
+		go func() { closed <- a.l.Close(ctx) }()
+		synctest.Wait()
+		close(finish)
+		if err := <-closed; err != nil {
+			t.Fatal(err)
+		}
+		cur := c.w.mon.current("s")
+		if cur.Holder != "" || len(cur.Pending) != 1 || cur.Pending[0].ID != "e3" {
+			t.Fatalf("set-up: after h0's close the record has holder %q and %d pending; want no holder and e3 pending", cur.Holder, len(cur.Pending))
+		}
+		before, after, kept := sweepTwice(t, c, b.l, idle, orphan)
+		if after != before {
+			t.Errorf("the sweep moved the blob epoch from %d to %d with a message pending", before, after)
+		}
+		if !kept {
+			t.Error("the sweep deleted an orphan blob with a message pending")
+		}
+		// The session still serves: h1 takes e3 over.
+		if err := b.l.takeOver(ctx, c.w.mon.current("s")); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.l.Await(ctx, "s", "e3"); err != nil {
+			t.Fatal(err)
 		}
 	})
 }

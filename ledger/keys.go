@@ -12,6 +12,7 @@ import (
 //	data/{sessionId}/in/{epoch}/{nonce}              an event payload (plain put)
 //	data/{sessionId}/turns/{commitSeq}               a committed turn (plain put, after its commit)
 //	data/{sessionId}/out/{commitSeq}/{gen}-{turnId}  a large turn output, before its commit
+//	data/{sessionId}/keys/{eventId}                  a kept key (plain put, before its id leaves the window)
 //	dlq/{sessionId}/{eventId}/{inboxSeq}             a dead letter (one per dead-lettering)
 //
 // Control records sit under their own prefix so the janitor's scan and the
@@ -34,10 +35,14 @@ func seg(raw string) string {
 	return s
 }
 
-func (k layout) ctl(sid string) string       { return k.ctlPrefix() + seg(sid) }
-func (k layout) data(sid string) string      { return k.root + "data/" + seg(sid) + "/" }
-func (k layout) inPrefix(sid string) string  { return k.data(sid) + "in/" }
-func (k layout) outPrefix(sid string) string { return k.data(sid) + "out/" }
+func (k layout) ctl(sid string) string        { return k.ctlPrefix() + seg(sid) }
+func (k layout) data(sid string) string       { return k.root + "data/" + seg(sid) + "/" }
+func (k layout) inPrefix(sid string) string   { return k.data(sid) + "in/" }
+func (k layout) outPrefix(sid string) string  { return k.data(sid) + "out/" }
+func (k layout) keysPrefix(sid string) string { return k.data(sid) + "keys/" }
+
+// kept is the key of an event id's kept key.
+func (k layout) kept(sid, eventID string) string { return k.keysPrefix(sid) + seg(eventID) }
 func (k layout) turn(sid string, seq uint64) string {
 	return k.data(sid) + "turns/" + keys.Seq(seq)
 }

@@ -27,15 +27,17 @@ type Ledger struct {
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 	wg     sync.WaitGroup
-	// draining is closed by Close: runners start no new turn.
+	// draining is closed by Drain: runners start no new turn.
 	draining chan struct{}
-	// janitorStop is closed by Close: Run returns.
+	// janitorStop is closed by Drain: Run returns.
 	janitorStop chan struct{}
 	janitorOnce sync.Once
 
 	mu       sync.Mutex
 	sessions map[string]*session
-	closed   bool
+	// closed is set by Drain (and so by Close): no new turn, no delivery;
+	// closing by Close, whose wait runs once.
+	closed, closing bool
 
 	// The janitor's state, used by Run's goroutine only.
 	obs   map[string]observation // what the janitor last saw of each held session
@@ -175,14 +177,13 @@ func (l *Ledger) Margin() time.Duration { return l.opts.Margin }
 // Close returns after their runners have stopped. Later calls return nil.
 func (l *Ledger) Close(ctx context.Context) error {
 	l.mu.Lock()
-	if l.closed {
+	if l.closing {
 		l.mu.Unlock()
 		return nil
 	}
-	l.closed = true
+	l.closing = true
 	l.mu.Unlock()
-	l.stopJanitor()
-	l.wakeRunners()
+	l.Drain()
 	done := make(chan struct{})
 	go func() { l.wg.Wait(); close(done) }()
 	select {
@@ -194,6 +195,21 @@ func (l *Ledger) Close(ctx context.Context) error {
 	l.cancel(ErrClosed)
 	<-done
 	return fmt.Errorf("ledger: close: turns were still running and were canceled: %w", ctx.Err())
+}
+
+// Drain is Close's first step, without its wait: the janitor stops,
+// deliveries are refused with ErrClosed, and every runner starts no new
+// turn: it releases its session with its pending events still queued
+// once its current turn ends, so another host's janitor takes the session
+// over. A host that is shutting down calls it as soon as it knows, so that
+// it does not run the messages queued behind its running turns while it
+// waits for its other work to end; Close then waits for the runners.
+func (l *Ledger) Drain() {
+	l.mu.Lock()
+	l.closed = true
+	l.mu.Unlock()
+	l.stopJanitor()
+	l.wakeRunners()
 }
 
 // abandon stops the Ledger as a crash would: no hand-off, no release.
@@ -379,7 +395,7 @@ func (l *Ledger) update(ctx context.Context, s *session, step string, mutate mut
 		}
 		next.Version = FormatVersion
 		next.Write = randomHex(8)
-		data := mustJSON(next)
+		data := encode(kindControl, next)
 		l.step(step + ":before-write")
 		sent := time.Now()
 		ver, err := l.cas(ctx, s.key, data, create, expected)

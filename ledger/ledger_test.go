@@ -70,7 +70,7 @@ func (c *cluster) add(id string, tweak func(*Options)) *testHost {
 		c.t.Fatal(err)
 	}
 	h := &testHost{store: hs, handle: commitEcho}
-	opts := Options{Store: db, Agent: "test", HostID: id, AllowProcessLocal: true, Lease: 3 * time.Second,
+	opts := Options{Tuning: Tuning{Lease: 3 * time.Second}, Store: db, Agent: "test", HostID: id, AllowProcessLocal: true,
 		Logger: quietLogger(),
 		Handler: func(ctx context.Context, t *Turn) error {
 			h.mu.Lock()
@@ -86,6 +86,7 @@ func (c *cluster) add(id string, tweak func(*Options)) *testHost {
 		c.t.Fatal(err)
 	}
 	c.w.mon.silence = h.l.Lease() + h.l.Margin()
+	c.w.mon.keyWindow = h.l.opts.IdempotencyWindow
 	ctx, cancel := context.WithCancel(context.Background())
 	h.stop, h.done = cancel, make(chan struct{})
 	go func() {

@@ -33,6 +33,12 @@ import (
 //	I6 turns/{seq} only ever receives the committed turn of seq, and every
 //	   committed turn was computed from exactly the committed turns before
 //	   it (its output carries a digest of the transcript its handler read)
+//	I7 a keyed id leaves the de-duplication window only once its kept key
+//	   is in the store, and that kept key names the turn (or the dead
+//	   letter) that consumed it; a kept key is deleted only
+//	   IdempotencyWindow after it was written, in real time, whatever the
+//	   writer's and the deleter's clocks say (within ClockSkew); and a
+//	   keyed id is queued again only after its kept key was deleted
 //
 // plus the self-fencing rule: no side effect of generation g after a higher
 // generation exists.
@@ -47,6 +53,19 @@ type monitor struct {
 	// silence is Lease + Margin: no held session may be taken over before
 	// its holder has been silent that long (0: not checked).
 	silence time.Duration
+	// keyWindow is the IdempotencyWindow (0: deletions of kept keys are
+	// not timed), and offset the wall-clock offset of a host, by its id.
+	keyWindow time.Duration
+	offset    func(host string) time.Duration
+	// keysCollected counts kept keys deleted past the window, keyedAgain
+	// keyed events queued again after that.
+	keysCollected, keyedAgain int
+}
+
+// monKey is what the monitor knows of a keyed id past the window.
+type monKey struct {
+	evicted   bool // left the window since it was last queued
+	collected bool // its kept key was deleted since then
 }
 
 type monSession struct {
@@ -58,8 +77,9 @@ type monSession struct {
 	lastConsumed uint64
 	maxGen       uint64
 	deadIDs      map[string]int // times dead-lettered
-	log          []string       // the changes, for a failure's report
-	lifeAt       time.Time      // when (holder, generation, renewal) last changed
+	keys         map[string]*monKey
+	log          []string  // the changes, for a failure's report
+	lifeAt       time.Time // when (holder, generation, renewal) last changed
 }
 
 func newMonitor(k layout, base *memkv.Store) *monitor {
@@ -93,7 +113,7 @@ func (m *monitor) session(sid string) *monSession {
 	ms, ok := m.sessions[sid]
 	if !ok {
 		ms = &monSession{committedIDs: map[string]uint64{}, commits: map[string]int{}, expired: map[string]int{},
-			holders: map[uint64]string{}, deadIDs: map[string]int{}}
+			holders: map[uint64]string{}, deadIDs: map[string]int{}, keys: map[string]*monKey{}}
 		m.sessions[sid] = ms
 		m.bySeg[seg(sid)] = sid
 	}
@@ -272,7 +292,28 @@ func (m *monitor) controlChanged(key string, oldData, newData []byte) {
 		case pendingBefore || rec != nil:
 			m.violate("I1 %s: event %s was queued again while the session still remembered it (pending or in the window)", sid, e.ID)
 		case committed || ms.deadIDs[e.ID] > 0:
+			if k := ms.keys[e.ID]; e.Keyed && (k == nil || !k.collected) {
+				m.violate("I7 %s: keyed event %s was queued again while its kept key was in the store", sid, e.ID)
+			}
+			if e.Keyed {
+				m.keyedAgain++
+			}
+			delete(ms.keys, e.ID)
 			ms.expired[e.ID]++ // a re-delivery after the window: a new event, as documented
+		}
+	}
+	// I7: ids leaving the window (not to the inbox: a replay) have their
+	// kept key in the store if they are keyed.
+	if nc.Deleted == nil {
+		for _, r := range oc.Recent {
+			if slices.ContainsFunc(nc.Recent, func(n recent) bool { return n.ID == r.ID }) ||
+				slices.ContainsFunc(nc.Pending, func(e entry) bool { return e.ID == r.ID }) {
+				continue
+			}
+			ms.keys[r.ID] = &monKey{evicted: true}
+			if r.Keyed && !m.base.has(m.keys.kept(sid, r.ID)) {
+				m.violate("I7 %s: keyed event %s left the window before its kept key was written", sid, r.ID)
+			}
 		}
 	}
 	// I5: every blob the record references exists.
@@ -302,6 +343,10 @@ func (m *monitor) beforeDelete(key string) {
 	c := m.current(sid)
 	if c == nil || c.Deleted != nil {
 		return // a deleted session's keys go
+	}
+	if strings.HasPrefix(tail, "keys/") {
+		m.keptDeleted(sid, key)
+		return
 	}
 	ref, isBlob := strings.CutPrefix(tail, "in/")
 	if !isBlob {
@@ -345,6 +390,18 @@ func (m *monitor) beforePut(key string, value []byte) {
 			m.violate("I6 %s: %s written with turn %s (gen %d), but the committed turn is %s (gen %d)",
 				sid, key, t.TurnID, t.Gen, want.TurnID, want.Gen)
 		}
+	case strings.HasPrefix(tail, "keys/"):
+		k, err := decodeKeptKey(value)
+		if err != nil {
+			m.violate("I7 %s: %s written unreadable: %v", sid, key, err)
+			return
+		}
+		switch {
+		case k.Dead && ms.deadIDs[k.EventID] == 0:
+			m.violate("I7 %s: kept key of %s says dead-lettered; it never was", sid, k.EventID)
+		case !k.Dead && !slices.ContainsFunc(ms.committed, func(t turnRecord) bool { return t.Seq == k.Seq && slices.Contains(t.EventIDs, k.EventID) }):
+			m.violate("I7 %s: kept key of %s names turn %d, which did not consume it", sid, k.EventID, k.Seq)
+		}
 	case strings.HasPrefix(tail, "out/"):
 		ref := strings.TrimPrefix(tail, "out/")
 		for _, c := range ms.committed {
@@ -355,6 +412,34 @@ func (m *monitor) beforePut(key string, value []byte) {
 				}
 			}
 		}
+	}
+}
+
+// keptDeleted checks the deletion of a live session's kept key (I7): at
+// least keyWindow after it was written, in real time (its time is on its
+// writer's clock, whose offset the monitor knows).
+func (m *monitor) keptDeleted(sid, key string) {
+	data, err := m.base.s.Get(context.Background(), key)
+	if err != nil {
+		return
+	}
+	k, err := decodeKeptKey(data)
+	if err != nil {
+		return
+	}
+	if m.keyWindow > 0 {
+		var off time.Duration
+		if m.offset != nil {
+			off = m.offset(k.Host)
+		}
+		if written := k.At.Add(-off); time.Since(written) < m.keyWindow {
+			m.violate("I7 %s: the kept key of %s was deleted %s after it was written (by %s); the window is %s",
+				sid, k.EventID, time.Since(written), k.Host, m.keyWindow)
+		}
+	}
+	if mk := m.session(sid).keys[k.EventID]; mk != nil && mk.evicted {
+		mk.collected = true
+		m.keysCollected++
 	}
 }
 

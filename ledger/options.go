@@ -30,6 +30,12 @@ const (
 	DefaultTakeoverRate    = 20 // per second
 	DefaultFollowInterval  = 500 * time.Millisecond
 	DefaultSweepEvery      = 10 * time.Minute
+	// DefaultIdempotencyWindow is how long a keyed event's id is kept
+	// after it leaves the de-duplication window, as payment APIs keep
+	// their idempotency keys.
+	DefaultIdempotencyWindow = 24 * time.Hour
+	DefaultClockSkew         = 5 * time.Minute
+	DefaultMaxKeys           = 10000
 	// MaxEventIDBytes bounds an event id (a client's Idempotency-Key).
 	MaxEventIDBytes = 256
 )
@@ -44,20 +50,10 @@ const (
 // after this attempt.
 type Handler func(ctx context.Context, t *Turn) error
 
-// Options configures a Ledger. Store and Agent are required, and Handler
-// unless Passive is set.
-type Options struct {
-	// Store is the coordination store: the agent's store or an explicit
-	// override. It needs the CAS group and Get and Delete (CheckStore).
-	Store *kv.DB
-	// Agent is the agent name; every key is under
-	// agentkit/v1/{Agent}/durable-session/.
-	Agent string
-	// Handler runs turns.
-	Handler Handler
-	// HostID names this host in control records; empty means the host name
-	// and a random suffix, new for every Ledger.
-	HostID string
+// Tuning is the part of Options an operator sets (agentkit.yaml's
+// ledger: block, agent.LedgerOptions): the lease, the inbox limits and
+// the janitor's pace. Settings reports it with the defaults filled in.
+type Tuning struct {
 	// Lease is how long a holder's lease lasts without renewal. The holder
 	// renews every Lease/3 (every write it makes counts), during long
 	// turns too. Zero means DefaultLease.
@@ -82,17 +78,6 @@ type Options struct {
 	// MaxEventBytes bounds one event's payload; zero means
 	// DefaultMaxEventBytes.
 	MaxEventBytes int
-	// InlineLimit is the largest payload kept inside the control record;
-	// larger ones go to a blob. MaxInlineBytes bounds the inline payloads
-	// of one control record. Zero means the defaults; a negative
-	// InlineLimit puts every payload in a blob.
-	InlineLimit    int
-	MaxInlineBytes int
-	// TurnInlineLimit is the largest turn output carried in the control
-	// record between its commit and its flush; a larger one is written
-	// under its own key before the commit. Zero means
-	// DefaultTurnInlineLimit.
-	TurnInlineLimit int
 	// DedupWindow is how many consumed event ids each session remembers:
 	// a delivery repeating one of them, or a pending one, is a duplicate.
 	// Zero means DefaultDedupWindow.
@@ -104,15 +89,62 @@ type Options struct {
 	// is drawn uniformly from half to one and a half times it); zero means
 	// Lease/2.
 	JanitorInterval time.Duration
+	// FollowInterval is how often Follow and Await re-read a session this
+	// host does not hold; zero means DefaultFollowInterval.
+	FollowInterval time.Duration
+	// IdempotencyWindow is how long the id of a keyed event (Event.Keyed:
+	// a client's Idempotency-Key, a reminder's id) is kept once it has
+	// left the last DedupWindow consumed ids, so that a retry is still a
+	// duplicate: the holder writes the id's kept key before the write
+	// that evicts it, and the janitor deletes it once IdempotencyWindow +
+	// ClockSkew have passed on its own wall clock. Zero means
+	// DefaultIdempotencyWindow.
+	IdempotencyWindow time.Duration
+	// ClockSkew is the most the hosts' wall clocks may differ by; kept
+	// keys live that much longer, so a host whose clock runs ahead does
+	// not forget one early. Zero means DefaultClockSkew.
+	ClockSkew time.Duration
+	// MaxKeys caps the kept keys of a session: a keyed delivery to a
+	// session keeping MaxKeys of them is refused with a BusyError until
+	// the oldest expire (ids still in the inbox or among the last
+	// DedupWindow are not counted). Zero means DefaultMaxKeys.
+	MaxKeys int
+}
+
+// Options configures a Ledger. Store and Agent are required, and Handler
+// unless Passive is set.
+type Options struct {
+	// Store is the coordination store: the agent's store or an explicit
+	// override. It needs the CAS group and Get and Delete (CheckStore).
+	Store *kv.DB
+	// Agent is the agent name; every key is under
+	// agentkit/v1/{Agent}/durable-session/.
+	Agent string
+	// Handler runs turns.
+	Handler Handler
+	// HostID names this host in control records; empty means the host name
+	// and a random suffix, new for every Ledger.
+	HostID string
+	// Tuning is the lease, inbox and janitor settings; zero fields take
+	// the defaults.
+	Tuning
+	// InlineLimit is the largest payload kept inside the control record;
+	// larger ones go to a blob. MaxInlineBytes bounds the inline payloads
+	// of one control record. Zero means the defaults; a negative
+	// InlineLimit puts every payload in a blob.
+	InlineLimit    int
+	MaxInlineBytes int
+	// TurnInlineLimit is the largest turn output carried in the control
+	// record between its commit and its flush; a larger one is written
+	// under its own key before the commit. Zero means
+	// DefaultTurnInlineLimit.
+	TurnInlineLimit int
 	// TakeoverRate caps the sessions the janitor takes over or sweeps per
 	// second; zero means DefaultTakeoverRate.
 	TakeoverRate float64
 	// SweepEvery is how often the janitor sweeps an idle session's orphan
 	// blobs at most; zero means DefaultSweepEvery.
 	SweepEvery time.Duration
-	// FollowInterval is how often Follow and Await re-read a session this
-	// host does not hold; zero means DefaultFollowInterval.
-	FollowInterval time.Duration
 	// RetryDelay is the wait after a failed attempt, doubling per attempt
 	// up to Lease; zero means Lease/20.
 	RetryDelay time.Duration
@@ -139,25 +171,32 @@ type Options struct {
 	test testHooks
 }
 
-// testHooks are switches the package's tests use to plant faults and watch
-// steps. They are never set outside the tests.
+// testHooks are what the package's tests inject: a watcher of the
+// protocol's named steps, and the holder's rules (nil: the real ones).
+// Production ledgers have neither.
 type testHooks struct {
 	// step is called at each named protocol step; a simulation crashes
 	// hosts there.
 	step func(name string)
-	// commitNoFence commits without checking holder and generation (a
-	// deliberately broken variant).
-	commitNoFence bool
-	// releaseBlind releases with a plain put of the cached record,
-	// without checking pending (a deliberately broken variant).
-	releaseBlind bool
+	// rules replaces the holder's rules with a deliberately broken variant
+	// (simulation_test.go), to show that the simulation's checker catches
+	// it.
+	rules rules
+	// now is this host's wall clock (nil: time.Now), which the kept keys'
+	// times are written and expired by; a simulation sets the hosts'
+	// clocks apart.
+	now func() time.Time
 }
 
-// CheckStore is the start-up check of ledger mode on a coordination store:
-// it refuses, naming the CAS group, a store without the full group or
-// without Get and Delete, one whose CAS group lives in process memory
-// beside durable plain methods (storage.CheckCoordination), and the memory
-// driver unless allowProcessLocal is set (tests).
+// CheckStore is the start-up check of ledger mode on a coordination store,
+// storage.CheckCoordination's checks and then one of its own: it refuses,
+// naming the CAS group, a store without the full group or without Get and
+// Delete, and, with an error matching storage.ErrSplitCAS, one whose CAS
+// group and plain methods are not one store (the CAS group in process
+// memory beside durable plain methods, or the reverse, or the start-up
+// probe's key written through one half not found through the other; see
+// storage.ProbeCoordination, which waits at most storage.ProbeTimeout); and
+// the memory driver unless allowProcessLocal is set (tests).
 func CheckStore(store *kv.DB, allowProcessLocal bool) error {
 	if store == nil {
 		return fmt.Errorf("%w: the coordination store is nil", storage.ErrNoCAS)
@@ -201,6 +240,8 @@ func (o Options) withDefaults() (Options, error) {
 	def(&o.SweepEvery, DefaultSweepEvery)
 	def(&o.FollowInterval, DefaultFollowInterval)
 	def(&o.RetryDelay, o.Lease/20)
+	def(&o.IdempotencyWindow, DefaultIdempotencyWindow)
+	def(&o.ClockSkew, DefaultClockSkew)
 	if o.DriftAllowance == 0 {
 		o.DriftAllowance = DefaultDriftAllowance
 	}
@@ -217,6 +258,7 @@ func (o Options) withDefaults() (Options, error) {
 	defInt(&o.MaxInlineBytes, DefaultMaxInlineBytes)
 	defInt(&o.TurnInlineLimit, DefaultTurnInlineLimit)
 	defInt(&o.DedupWindow, DefaultDedupWindow)
+	defInt(&o.MaxKeys, DefaultMaxKeys)
 	if o.TakeoverRate <= 0 {
 		o.TakeoverRate = DefaultTakeoverRate
 	}
@@ -224,7 +266,8 @@ func (o Options) withDefaults() (Options, error) {
 		name string
 		v    int64
 	}{{"MaxAttempts", int64(o.MaxAttempts)}, {"MaxPending", int64(o.MaxPending)}, {"MaxPendingBytes", o.MaxPendingBytes},
-		{"MaxEventBytes", int64(o.MaxEventBytes)}, {"DedupWindow", int64(o.DedupWindow)}, {"MaxInlineBytes", int64(o.MaxInlineBytes)}, {"TurnInlineLimit", int64(o.TurnInlineLimit)}} {
+		{"MaxEventBytes", int64(o.MaxEventBytes)}, {"DedupWindow", int64(o.DedupWindow)}, {"MaxInlineBytes", int64(o.MaxInlineBytes)}, {"TurnInlineLimit", int64(o.TurnInlineLimit)},
+		{"MaxKeys", int64(o.MaxKeys)}} {
 		if c.v < 0 {
 			return o, fmt.Errorf("ledger: Options.%s is %d; use a positive number, or 0 for the default", c.name, c.v)
 		}

@@ -54,8 +54,8 @@ func runProtocol(t *testing.T, be backend) {
 			t.Fatal(err)
 		}
 		h := &protoHost{g: g, done: make(chan struct{})}
-		h.l, err = Open(Options{Store: db, Agent: agent, HostID: fmt.Sprint("h", i), Lease: lease,
-			JanitorInterval: lease / 4, RetryDelay: 20 * time.Millisecond, InlineLimit: 256, Logger: quietLogger(),
+		h.l, err = Open(Options{Tuning: Tuning{Lease: lease, JanitorInterval: lease / 4}, Store: db, Agent: agent, HostID: fmt.Sprint("h", i),
+			RetryDelay: 20 * time.Millisecond, InlineLimit: 256, Logger: quietLogger(),
 			Handler: func(ctx context.Context, tr *Turn) error { return protoTurn(ctx, h.l, tr) }})
 		if err != nil {
 			t.Fatal(err)

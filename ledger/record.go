@@ -5,10 +5,12 @@ import (
 	"fmt"
 	"slices"
 	"time"
+
+	"agentkit/record"
 )
 
 // FormatVersion is the format of every record the ledger writes (control
-// records, payload blobs, turns, large outputs, dead letters), in the "v"
+// records, payload blobs, turns, large outputs, dead letters, kept keys), in the "v"
 // field. A record with a higher version was written by a newer agentkit and
 // is refused with ErrFormat, never misread.
 const FormatVersion = 1
@@ -55,6 +57,17 @@ type control struct {
 	// writer whose compare-and-set had an unknown outcome recognises its
 	// own write on re-reading.
 	Write string `json:"w"`
+	// Keys counts the kept keys (data/{sid}/keys/{eventId}) of keyed ids
+	// that have left Recent: the write that evicts an id adds it, and the
+	// janitor's collection counts them again from a listing. It is never
+	// below their true number, so 0 means no kept key needs reading.
+	Keys int `json:"keys,omitempty"`
+	// KeysAt is about when the oldest counted kept key was written (the
+	// writer's wall clock): the janitor collects once it has expired.
+	KeysAt time.Time `json:"keysAt,omitzero"`
+	// KeysSwept counts the collections, so that one can tell whether
+	// another ran meanwhile.
+	KeysSwept uint64 `json:"keysSwept,omitempty"`
 }
 
 // entry is one pending event.
@@ -76,6 +89,8 @@ type entry struct {
 	// is deleted before the event's commit.
 	Replayed bool   `json:"replayed,omitempty"`
 	From     uint64 `json:"from,omitempty"`
+	// Keyed marks an event whose id a source retries (Event.Keyed).
+	Keyed bool `json:"k,omitempty"`
 }
 
 // recent is a consumed event id in the de-duplication window.
@@ -88,6 +103,9 @@ type recent struct {
 	// Inbox is the inbox sequence of a dead-lettered event: its record is
 	// dlq/{sid}/{id}/{Inbox}, and any other record of the id is stale.
 	Inbox uint64 `json:"inbox,omitempty"`
+	// Keyed marks a keyed event: its key is kept (keptKey) before it
+	// leaves the window.
+	Keyed bool `json:"k,omitempty"`
 }
 
 // tombstone records a deletion.
@@ -145,6 +163,29 @@ type deadLetter struct {
 	Gen       uint64          `json:"gen"`
 	Holder    string          `json:"holder"`
 	At        time.Time       `json:"at"`
+	// Keyed is the event's Keyed, so a replay keeps it.
+	Keyed bool `json:"keyed,omitempty"`
+}
+
+// keptKey is the record at data/{sid}/keys/{eventId}: the id of a keyed
+// event that left the de-duplication window, kept for IdempotencyWindow so
+// that a retry is still recognised. The holder writes it before the write
+// that evicts the id from Recent, so an id leaves the window only once its
+// kept key is in the store; the janitor deletes it once
+// IdempotencyWindow + ClockSkew have passed since At.
+type keptKey struct {
+	Version int    `json:"v"`
+	Session string `json:"session"`
+	EventID string `json:"event"`
+	// Seq is the turn that consumed the event; Dead and Inbox are set
+	// instead when it was dead-lettered (as in recent).
+	Seq   uint64 `json:"seq,omitempty"`
+	Dead  bool   `json:"dead,omitempty"`
+	Inbox uint64 `json:"inbox,omitempty"`
+	// At is when it was written, on the writing host's wall clock; Host
+	// is that host.
+	At   time.Time `json:"at"`
+	Host string    `json:"host"`
 }
 
 func (c *control) clone() *control {
@@ -188,11 +229,39 @@ func (c *control) find(id string) (pending int, rec *recent) {
 	return -1, nil
 }
 
-// remember adds a consumed id to the window, keeping the last n.
+// maxEvict bounds the ids one write pushes out of the window, so that the
+// kept keys written before it stay few (after DedupWindow was lowered, the
+// window shrinks over several writes).
+const maxEvict = 32
+
+// evicted returns the ids that remember(·, n) pushes out of the window, the
+// oldest first.
+func (c *control) evicted(n int) []recent {
+	over := min(len(c.Recent)+1-n, maxEvict)
+	if over <= 0 {
+		return nil
+	}
+	return c.Recent[:over]
+}
+
+// remember adds a consumed id to the window, keeping the last n (dropping
+// at most maxEvict at once).
 func (c *control) remember(r recent, n int) {
+	over := len(c.evicted(n))
 	c.Recent = append(c.Recent, r)
-	if over := len(c.Recent) - n; over > 0 {
+	if over > 0 {
 		c.Recent = slices.Delete(c.Recent, 0, over)
+	}
+}
+
+// keep counts the kept keys of evicted keyed ids, written at the times in
+// at.
+func (c *control) keep(evicted []recent, at map[string]time.Time) {
+	for _, e := range evicted {
+		if t := at[e.ID]; c.Keys == 0 || c.KeysAt.IsZero() || t.Before(c.KeysAt) {
+			c.KeysAt = t
+		}
+		c.Keys++
 	}
 }
 
@@ -211,52 +280,47 @@ func (c *control) dropFlushed(seq uint64) {
 	c.Unflushed = slices.DeleteFunc(c.Unflushed, func(t turnRecord) bool { return t.Seq <= seq })
 }
 
-// decodeRecord unmarshals a ledger record and checks its format version.
-func decodeRecord(what string, data []byte, v any, version func() int) error {
-	if err := json.Unmarshal(data, v); err != nil {
-		return fmt.Errorf("%w: %s is not a ledger record: %v", ErrFormat, what, err)
-	}
-	switch n := version(); {
-	case n > FormatVersion:
-		return fmt.Errorf("%w: %s has format version %d, newer than this build's %d; upgrade agentkit on this host", ErrFormat, what, n, FormatVersion)
-	case n < 1:
-		return fmt.Errorf("%w: %s has no format version", ErrFormat, what)
-	}
-	return nil
-}
+// The kinds of the ledger's records (package record's version rule):
+// each record type carries its version in its first field, "v", because a
+// turn record also lives inside the control record.
+var (
+	kindControl    = record.NewKind("control record", FormatVersion)
+	kindTurn       = record.NewKind("turn record", FormatVersion)
+	kindBlob       = record.NewKind("payload blob", FormatVersion)
+	kindDeadLetter = record.NewKind("dead letter", FormatVersion)
+	kindKeptKey    = record.NewKind("kept idempotency key", FormatVersion)
+)
 
-func decodeControl(data []byte) (*control, error) {
-	c := new(control)
-	if err := decodeRecord("control record", data, c, func() int { return c.Version }); err != nil {
+// decode reads a ledger record of kind k into v (record.Unmarshal): an
+// error matching ErrFormat (record.ErrUnreadable) when it is not one, or
+// of a newer format.
+func decode[T any](k record.Kind, data []byte) (*T, error) {
+	v := new(T)
+	if _, err := record.Unmarshal(k, k.String(), data, v); err != nil {
 		return nil, err
 	}
-	return c, nil
+	return v, nil
 }
 
-func decodeTurn(data []byte) (*turnRecord, error) {
-	t := new(turnRecord)
-	if err := decodeRecord("turn record", data, t, func() int { return t.Version }); err != nil {
-		return nil, err
-	}
-	return t, nil
-}
-
-func decodeBlob(data []byte) (*blobRecord, error) {
-	b := new(blobRecord)
-	if err := decodeRecord("payload blob", data, b, func() int { return b.Version }); err != nil {
-		return nil, err
-	}
-	return b, nil
-}
-
+func decodeControl(data []byte) (*control, error) { return decode[control](kindControl, data) }
+func decodeTurn(data []byte) (*turnRecord, error) { return decode[turnRecord](kindTurn, data) }
+func decodeBlob(data []byte) (*blobRecord, error) { return decode[blobRecord](kindBlob, data) }
 func decodeDeadLetter(data []byte) (*deadLetter, error) {
-	d := new(deadLetter)
-	if err := decodeRecord("dead letter", data, d, func() int { return d.Version }); err != nil {
-		return nil, err
+	return decode[deadLetter](kindDeadLetter, data)
+}
+func decodeKeptKey(data []byte) (*keptKey, error) { return decode[keptKey](kindKeptKey, data) }
+
+// encode encodes a ledger record of kind k (record.Marshal). The records
+// are the package's own types, so a failure is a bug.
+func encode(k record.Kind, v any) []byte {
+	b, err := record.Marshal(k, v)
+	if err != nil {
+		panic(err)
 	}
-	return d, nil
+	return b
 }
 
+// mustJSON encodes a plain JSON value (tests: payloads and outputs).
 func mustJSON(v any) []byte {
 	b, err := json.Marshal(v)
 	if err != nil {

@@ -392,6 +392,7 @@ type simWorld struct {
 	mon      *monitor
 	resMu    sync.Mutex
 	res      simResult
+	handling atomic.Int64 // turns in the simulation's handler
 }
 
 // quietLogger drops the ledger's logs, which the faults make plentiful.

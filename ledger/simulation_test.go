@@ -23,12 +23,18 @@ import (
 
 // The simulation: several hosts serve one agent over one memkv store, with
 // synctest's fake clock. Clients send events to random sessions through
-// random hosts and retry with the same event id after an error; an
-// operator replays and drops dead letters; a chaos loop crashes hosts
+// random hosts and retry with the same event id after an error, and now
+// and then send an event of theirs again long after (a client retrying
+// with its Idempotency-Key after many later messages, inside the
+// IdempotencyWindow or past it); most events are keyed, the window of
+// recent ids is small in three seeds of four (so ids leave it all the
+// time), the hosts' wall clocks are set apart by ClockSkew, and one seed
+// in five of those caps the kept keys at 2 (MaxKeys); an operator replays and drops
+// dead letters; a chaos loop crashes hosts
 // (also at every named protocol step), restarts them, and pauses them for
 // longer than the lease; the store adds latency and unknown outcomes (a
 // write applied but answered with a timeout, dropped and answered with a
-// timeout, or a conditional write applied late). The monitor checks I1–I6
+// timeout, or a conditional write applied late). The monitor checks I1–I7
 // at every write; at the end, with faults off and every host back, the
 // ledger must drain, and every acknowledged event must be in exactly one
 // committed turn or in the dead-letter store, read through every host.
@@ -52,11 +58,22 @@ type simConfig struct {
 	midTurnPause float64       // chance that a turn's host freezes as the turn starts
 	chaosEvery   time.Duration // mean pause between chaos actions
 	bugs         testHooks
+	// The idempotency settings: the window of recent ids, the
+	// IdempotencyWindow and ClockSkew (host i's wall clock is off by
+	// (i-1)·ClockSkew/2), MaxKeys (0: the default); the chance that a
+	// client sends one of its acknowledged keyed events again, and that
+	// an event is unkeyed.
+	dedupWindow int
+	idemWindow  time.Duration
+	clockSkew   time.Duration
+	maxKeys     int
+	lateRetry   float64
+	unkeyed     float64
 }
 
 func defaultSimConfig(seed uint64) simConfig {
 	lease := 2 * time.Second
-	return simConfig{
+	cfg := simConfig{
 		seed: seed, hosts: 3, sessions: 5, clients: 3,
 		duration: envDuration("LEDGER_SIM_SECONDS", 40*time.Second), lease: lease,
 		sendEvery: 400 * time.Millisecond,
@@ -66,8 +83,20 @@ func defaultSimConfig(seed uint64) simConfig {
 		chaosEvery: 2 * time.Second,
 		// Three steps per seed are crashed at on their first occurrence,
 		// so every 16 seeds target every step at least twice.
-		targets: []string{simSteps[int(3*seed)%len(simSteps)], simSteps[int(3*seed+1)%len(simSteps)], simSteps[int(3*seed+2)%len(simSteps)]},
+		targets:     []string{simSteps[int(3*seed)%len(simSteps)], simSteps[int(3*seed+1)%len(simSteps)], simSteps[int(3*seed+2)%len(simSteps)]},
+		dedupWindow: []int{2, 3, 4, 64}[seed%4],
+		idemWindow:  5 * time.Second, clockSkew: time.Second,
+		lateRetry: 0.15, unkeyed: 0.2,
 	}
+	if seed%5 == 0 && cfg.dedupWindow < 64 {
+		cfg.maxKeys = 2
+	}
+	return cfg
+}
+
+// clockOffset is how far host slot's wall clock is off.
+func (c simConfig) clockOffset(slot int) time.Duration {
+	return time.Duration(slot-1) * c.clockSkew / 2
 }
 
 func envDuration(name string, def time.Duration) time.Duration {
@@ -97,6 +126,10 @@ type simResult struct {
 	crashSteps  map[string]int
 	pauses      int
 	cuts        int
+	// The idempotency paths: duplicates answered from a kept key, keyed
+	// deliveries refused at MaxKeys, kept keys collected, and keyed
+	// events queued again once their kept key was gone.
+	keptHits, keyRefusals, keysCollected, keyedAgain int
 }
 
 // simHost is one host slot; each restart is a new incarnation (a new
@@ -115,6 +148,14 @@ type simHost struct {
 	deadSince time.Time
 	pause     *pauseGate
 	cut       *pauseGate
+	// crashed are the incarnations crashed so far, whose janitors and
+	// runners the seed waits for before it ends.
+	crashed []crashedHost
+}
+
+type crashedHost struct {
+	l       *Ledger
+	runDone chan struct{}
 }
 
 func (h *simHost) ledger() *Ledger {
@@ -138,15 +179,18 @@ func (h *simHost) start(t *testing.T) {
 		t.Fatal(err)
 	}
 	var l *Ledger
-	opts := Options{
+	opts := Options{Tuning: Tuning{Lease: w.cfg.lease, MaxAttempts: 3, MaxPending: 8, DedupWindow: w.cfg.dedupWindow, RetryAfter: 300 * time.Millisecond, FollowInterval: 200 * time.Millisecond,
+		IdempotencyWindow: w.cfg.idemWindow, ClockSkew: w.cfg.clockSkew, MaxKeys: w.cfg.maxKeys},
 		Store: db, Agent: "sim", HostID: fmt.Sprintf("h%d.%d", h.slot, h.inc), AllowProcessLocal: true,
-		Lease: w.cfg.lease, MaxAttempts: 3, MaxPending: 8, InlineLimit: 64, MaxInlineBytes: 512,
-		TurnInlineLimit: 512, DedupWindow: 64, RetryAfter: 300 * time.Millisecond,
-		SweepEvery: 4 * time.Second, FollowInterval: 200 * time.Millisecond,
-		Handler: func(ctx context.Context, t *Turn) error { return h.handle(ctx, l, hs, t) },
-		Logger:  quietLogger(),
+		InlineLimit: 64, MaxInlineBytes: 512,
+		TurnInlineLimit: 512,
+		SweepEvery:      4 * time.Second,
+		Handler:         func(ctx context.Context, t *Turn) error { return h.handle(ctx, l, hs, t) },
+		Logger:          quietLogger(),
 	}
 	opts.test = w.cfg.bugs
+	offset := w.cfg.clockOffset(h.slot)
+	opts.test.now = func() time.Time { return time.Now().Add(offset) }
 	inc := h.inc
 	opts.test.step = func(name string) {
 		if strings.HasSuffix(name, ":timer") {
@@ -184,6 +228,7 @@ func (h *simHost) crash(inc int) bool {
 	h.store.dead.Store(true)
 	h.l.abandon()
 	h.stopRun()
+	h.crashed = append(h.crashed, crashedHost{h.l, h.runDone})
 	return true
 }
 
@@ -193,6 +238,8 @@ func (h *simHost) crash(inc int) bool {
 // events), performs side effects after Check (self-fencing), and commits.
 func (h *simHost) handle(ctx context.Context, l *Ledger, hs *hostStore, t *Turn) error {
 	w := h.w
+	w.handling.Add(1)
+	defer w.handling.Add(-1)
 	if w.faultsOn.Load() && w.float() < w.cfg.midTurnPause {
 		// A pause in the middle of a turn (a long GC, a frozen VM): the
 		// classic zombie, which wakes up after another host took over.
@@ -282,6 +329,9 @@ func (w *simWorld) effect(sid string, gen uint64) {
 func (w *simWorld) stepHook(h *simHost, inc int, name string) {
 	p := w.cfg.crashAtStep
 	w.resMu.Lock()
+	if name == "deliver:kept" {
+		w.res.keptHits++
+	}
 	if slices.Contains(w.cfg.targets, name) {
 		// A targeted step crashes its first occurrence, then one more now
 		// and then.
@@ -315,6 +365,14 @@ func runSimulation(t *testing.T, cfg simConfig) simResult {
 	w.res.crashSteps = map[string]int{}
 	w.mon.trace = os.Getenv("LEDGER_SIM_TRACE")
 	w.mon.silence = cfg.lease + cfg.lease/5 // the default margin
+	w.mon.keyWindow = cfg.idemWindow
+	w.mon.offset = func(host string) time.Duration {
+		var slot int
+		if _, err := fmt.Sscanf(host, "h%d.", &slot); err != nil {
+			return 0
+		}
+		return cfg.clockOffset(slot)
+	}
 	w.faultsOn.Store(true)
 	hosts := make([]*simHost, cfg.hosts)
 	for i := range hosts {
@@ -341,21 +399,38 @@ func runSimulation(t *testing.T, cfg simConfig) simResult {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			type sent struct {
+				sid string
+				ev  Event
+			}
+			var mine []sent // this client's acknowledged keyed events
 			for n := 0; chaosCtx.Err() == nil; n++ {
 				time.Sleep(time.Duration(w.float() * 2 * float64(cfg.sendEvery)))
-				sid := fmt.Sprintf("s%d", w.intn(cfg.sessions))
-				p := simPayload{Kind: "ok"}
-				switch x := w.float(); {
-				case x < 0.04:
-					p.Kind = "poison"
-				case x < 0.10:
-					p.Kind = "flaky"
-				case x < 0.22:
-					p.Pad = strings.Repeat("p", 80+w.intn(200)) // over InlineLimit: a blob
-				case x < 0.27:
-					p.Kind = "bigout"
+				var (
+					sid   string
+					ev    Event
+					again = len(mine) > 0 && w.float() < cfg.lateRetry
+				)
+				if again {
+					// A retry long after: the same event, which the session
+					// must still know unless its key has expired.
+					old := mine[w.intn(len(mine))]
+					sid, ev = old.sid, old.ev
+				} else {
+					sid = fmt.Sprintf("s%d", w.intn(cfg.sessions))
+					p := simPayload{Kind: "ok"}
+					switch x := w.float(); {
+					case x < 0.04:
+						p.Kind = "poison"
+					case x < 0.10:
+						p.Kind = "flaky"
+					case x < 0.22:
+						p.Pad = strings.Repeat("p", 80+w.intn(200)) // over InlineLimit: a blob
+					case x < 0.27:
+						p.Kind = "bigout"
+					}
+					ev = Event{ID: fmt.Sprintf("c%d-%d", c, n), Payload: mustJSON(p), Keyed: w.float() >= cfg.unkeyed}
 				}
-				ev := Event{ID: fmt.Sprintf("c%d-%d", c, n), Payload: mustJSON(p)}
 				for range 12 {
 					l := pick()
 					if l == nil {
@@ -372,10 +447,18 @@ func runSimulation(t *testing.T, cfg simConfig) simResult {
 						acksMu.Lock()
 						acks = append(acks, ack{sid, ev.ID})
 						acksMu.Unlock()
+						if ev.Keyed && !again {
+							mine = append(mine, sent{sid, ev})
+						}
 						break
 					}
 					var busy *BusyError
 					if errors.As(err, &busy) {
+						if busy.Keys > 0 {
+							w.resMu.Lock()
+							w.res.keyRefusals++
+							w.resMu.Unlock()
+						}
 						time.Sleep(busy.RetryAfter)
 					} else {
 						time.Sleep(time.Duration(w.float() * float64(200*time.Millisecond)))
@@ -512,6 +595,21 @@ func runSimulation(t *testing.T, cfg simConfig) simResult {
 		h.mu.Unlock()
 		<-done
 	}
+	// A crashed host's turn may still be in a call that ignores its
+	// context, and its janitor and runners may still be stopping; the seed
+	// ends once they have all returned.
+	for w.handling.Load() > 0 {
+		time.Sleep(100 * time.Millisecond)
+	}
+	for _, h := range hosts {
+		h.mu.Lock()
+		crashed := h.crashed
+		h.mu.Unlock()
+		for _, c := range crashed {
+			<-c.runDone
+			c.l.wg.Wait()
+		}
+	}
 	return res
 }
 
@@ -575,7 +673,9 @@ func (w *simWorld) finalCheck(t *testing.T, hosts []*simHost, acks []ack, droppe
 	}
 	res.acked = len(seen)
 	for d := range dead {
-		if _, ok := m.session(d.sid).committedIDs[d.id]; ok {
+		// A re-delivery after the session forgot the id is a new event,
+		// which may commit beside the old one's dead letter.
+		if _, ok := m.session(d.sid).committedIDs[d.id]; ok && m.session(d.sid).expired[d.id] == 0 {
 			m.violate("I1 %s: event %s is both committed and dead-lettered", d.sid, d.id)
 		}
 	}
@@ -616,6 +716,7 @@ func (w *simWorld) finalCheck(t *testing.T, hosts []*simHost, acks []ack, droppe
 			res.commits += len(want)
 		}
 	}
+	res.keysCollected, res.keyedAgain = m.keysCollected, m.keyedAgain
 	res.violations = m.violations()
 	if len(res.violations) > 0 && os.Getenv("LEDGER_SIM_VERBOSE") != "" {
 		for _, sid := range sids {
@@ -648,6 +749,10 @@ func TestSimulation(t *testing.T) {
 				total.fenced += res.fenced
 				total.selfFenced += res.selfFenced
 				total.deadLetters += res.deadLetters
+				total.keptHits += res.keptHits
+				total.keyRefusals += res.keyRefusals
+				total.keysCollected += res.keysCollected
+				total.keyedAgain += res.keyedAgain
 				for k, v := range res.crashSteps {
 					total.crashSteps[k] += v
 				}
@@ -661,6 +766,10 @@ func TestSimulation(t *testing.T) {
 	if total.takeovers == 0 || total.fenced == 0 || total.deadLetters == 0 {
 		t.Errorf("the simulation never saw a takeover (%d), a fenced commit (%d) or a dead letter (%d)", total.takeovers, total.fenced, total.deadLetters)
 	}
+	if total.keptHits == 0 || total.keyRefusals == 0 || total.keysCollected == 0 || total.keyedAgain == 0 {
+		t.Errorf("the simulation never answered a retry from a kept key (%d), refused a keyed event at MaxKeys (%d), collected a kept key (%d) or queued a keyed event again after its key expired (%d)",
+			total.keptHits, total.keyRefusals, total.keysCollected, total.keyedAgain)
+	}
 	for _, step := range simSteps {
 		if total.crashSteps[step] == 0 {
 			t.Errorf("no host crashed at step %q in %d seeds", step, seeds)
@@ -668,6 +777,8 @@ func TestSimulation(t *testing.T) {
 	}
 	t.Logf("in all: %d acknowledged events, %d takeovers, %d fenced commits, %d self-fenced turns, crashes by step %v",
 		total.acked, total.takeovers, total.fenced, total.selfFenced, total.crashSteps)
+	t.Logf("idempotency: %d retries answered from a kept key, %d keyed events refused at MaxKeys, %d kept keys collected, %d keyed events queued again after their key expired",
+		total.keptHits, total.keyRefusals, total.keysCollected, total.keyedAgain)
 }
 
 // simSteps are the protocol steps at which the simulation must have
@@ -681,6 +792,7 @@ var simSteps = []string{
 	"deadletter:put", "deadletter:before-write", "deadletter:after-write",
 	"takeover:before-write", "takeover:after-write",
 	"sweep:before-write", "sweep:after-write",
+	"keys:put", "keys:delete", "keys:before-write", "keys:after-write",
 }
 
 func TestSimulationCatchesBrokenVariants(t *testing.T) {
@@ -690,12 +802,21 @@ func TestSimulationCatchesBrokenVariants(t *testing.T) {
 		// More zombies, or more contention, than the main run.
 		tweak func(*simConfig)
 	}{
-		{"commit without the generation check", testHooks{commitNoFence: true}, func(c *simConfig) {
+		{"commit without the generation check", testHooks{rules: noFence{}}, func(c *simConfig) {
 			c.sessions, c.clients, c.midTurnPause = 2, 5, 0.15
 		}},
-		{"release without the pending check", testHooks{releaseBlind: true}, func(c *simConfig) {
+		{"release without the pending check", testHooks{rules: blindRelease{}}, func(c *simConfig) {
 			c.sessions, c.clients = 3, 6
 			c.faults.maxLatency = 150 * time.Millisecond
+		}},
+		{"eviction without the kept key", testHooks{rules: forgetfulEviction{}}, func(c *simConfig) {
+			c.dedupWindow = 2
+		}},
+		{"keyed delivery without the kept-key look-up", testHooks{rules: blindDelivery{}}, func(c *simConfig) {
+			c.dedupWindow, c.lateRetry = 2, 0.4
+		}},
+		{"expiry without the clock-skew margin", testHooks{rules: hastyExpiry{}}, func(c *simConfig) {
+			c.dedupWindow, c.clockSkew = 2, 2*time.Second
 		}},
 	} {
 		t.Run(v.name, func(t *testing.T) {
@@ -728,4 +849,79 @@ func TestSimulationCatchesBrokenVariants(t *testing.T) {
 			t.Logf("caught in %d of %d seeds; first violation: %s", caught, ran, first)
 		})
 	}
+}
+
+// noFence is the broken variant that commits without the generation
+// check: its commits ignore the lease and take the event wherever it is in
+// the inbox.
+type noFence struct{ realRules }
+
+func (noFence) fence(r *runner, step string, c *control) *FencedError {
+	if step == "commit" {
+		return nil
+	}
+	return r.fenced(c)
+}
+
+func (noFence) commitParent(*runner) (context.Context, error) { return context.Background(), nil }
+
+func (noFence) consume(c *control, t *Turn) error {
+	for i := range c.Pending {
+		if c.Pending[i].Seq == t.InboxSeq {
+			c.Pending = append(c.Pending[:i:i], c.Pending[i+1:]...)
+			break
+		}
+	}
+	c.Commit++
+	return nil
+}
+
+// blindRelease is the broken variant that releases without the pending
+// check.
+type blindRelease struct{ realRules }
+
+// release is the deliberately broken release: a plain
+// put of the cached record with the holder cleared, checking neither the
+// inbox nor the version.
+func (blindRelease) release(r *runner) bool {
+	c := r.s.snapshot()
+	if c == nil {
+		return true
+	}
+	c.Holder = ""
+	c.Renew++
+	c.dropFlushed(r.s.flushedThrough())
+	c.Write = randomHex(8)
+	c.Version = FormatVersion
+	err := r.l.put(r.ctx, r.s.key, encode(kindControl, c))
+	r.s.invalidate()
+	if err == nil {
+		r.mu.Lock()
+		r.released = true
+		r.mu.Unlock()
+		r.cancel(nil)
+	}
+	return err == nil || r.ctx.Err() != nil
+}
+
+// forgetfulEviction is the broken variant that lets keyed ids leave the
+// window without writing their kept keys.
+type forgetfulEviction struct{ realRules }
+
+func (forgetfulEviction) evicts(*control, int) []recent { return nil }
+
+// blindDelivery is the broken variant whose deliveries never look for a
+// kept key: a keyed id past the window is queued as a new event.
+type blindDelivery struct{ realRules }
+
+func (blindDelivery) kept(context.Context, *Ledger, *control, string) (*keptKey, error) {
+	return nil, nil
+}
+
+// hastyExpiry is the broken variant that deletes kept keys once the
+// window has passed on the deleter's clock, without the clock-skew margin.
+type hastyExpiry struct{ realRules }
+
+func (hastyExpiry) expired(at, now time.Time, window, _ time.Duration) bool {
+	return realRules{}.expired(at, now, window, 0)
 }

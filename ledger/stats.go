@@ -2,7 +2,6 @@ package ledger
 
 import (
 	"sync/atomic"
-	"time"
 )
 
 // counters are the Ledger's running totals.
@@ -56,29 +55,15 @@ func (l *Ledger) Stats() Stats {
 	return st
 }
 
-// Settings are the lease and inbox settings a Ledger runs with, defaults
-// filled in, for an operator to read (GET /v1/info).
+// Settings are the settings a Ledger runs with, defaults filled in, for
+// an operator to read (GET /v1/info).
 type Settings struct {
-	HostID          string
-	Lease, Margin   time.Duration
-	DriftAllowance  float64
-	MaxAttempts     int
-	MaxPending      int
-	MaxPendingBytes int64
-	MaxEventBytes   int
-	DedupWindow     int
-	RetryAfter      time.Duration
-	JanitorInterval time.Duration
-	Passive         bool
+	HostID string
+	Tuning
+	Passive bool
 }
 
 // Settings returns the settings in force.
 func (l *Ledger) Settings() Settings {
-	o := l.opts
-	return Settings{
-		HostID: o.HostID, Lease: o.Lease, Margin: o.Margin, DriftAllowance: o.DriftAllowance,
-		MaxAttempts: o.MaxAttempts, MaxPending: o.MaxPending, MaxPendingBytes: o.MaxPendingBytes,
-		MaxEventBytes: o.MaxEventBytes, DedupWindow: o.DedupWindow, RetryAfter: o.RetryAfter,
-		JanitorInterval: o.JanitorInterval, Passive: o.Passive,
-	}
+	return Settings{HostID: l.opts.HostID, Tuning: l.opts.Tuning, Passive: l.opts.Passive}
 }

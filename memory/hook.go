@@ -20,9 +20,9 @@ type Options struct {
 	// `memory: false` in agentkit.yaml sets it. Turning memory off stops
 	// new records and leaves existing ones.
 	Off bool
-	// MaxTextLength cuts userMessage, result and title to this many
-	// characters (runes). 0 means DefaultMaxTextLength; negative values
-	// are an error.
+	// MaxTextLength cuts userMessage and result to this many characters
+	// (runes); the title is kept whole. 0 means DefaultMaxTextLength;
+	// negative values are an error.
 	MaxTextLength int
 	// Backend receives the records. nil means a Journal at
 	// Dir(info.StateRoot) with default JournalOptions, which the Hook

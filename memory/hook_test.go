@@ -124,8 +124,8 @@ func TestHookCustomBackend(t *testing.T) {
 		t.Fatalf("backend got %d records and %d prepares, want 1 and 1", len(b.recs), len(b.prepared))
 	}
 	r := b.recs[0]
-	if r.SessionID != "s1" || r.ChannelID != "slack" || r.Status != StatusCompleted || r.UserMessage != "hello" || r.Title != "Title" || r.Result != "fine" {
-		t.Errorf("record %+v, want s1/slack completed, cut to 5 characters", r)
+	if r.SessionID != "s1" || r.ChannelID != "slack" || r.Status != StatusCompleted || r.UserMessage != "hello" || r.Title != "Title!" || r.Result != "fine" {
+		t.Errorf("record %+v, want s1/slack completed, the message cut to 5 characters and the title whole", r)
 	}
 	if b.infos[0] != info || b.prepared[0] != info {
 		t.Errorf("infos %+v / %+v, want %+v", b.infos[0], b.prepared[0], info)

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"agentkit/internal/privfile"
 )
 
 // DefaultRotateSize is the size at which Journal moves journal.jsonl aside:
@@ -70,7 +72,8 @@ type JournalOptions struct {
 // after them) holds the newest records. Files lists them in that order.
 //
 // The folder and files are created on first use, with permissions 0700
-// and 0600. If the folder is deleted while the Journal is open, the next
+// and 0600; a folder, journal or lock file found with group or other
+// permissions is made owner-only when the journal opens it. If the folder is deleted while the Journal is open, the next
 // append creates it again. A Journal is safe for concurrent use.
 type Journal struct {
 	dir, path, lockPath string
@@ -214,9 +217,16 @@ func (j *Journal) acquire() error {
 		if err := os.MkdirAll(j.dir, dirPerm); err != nil {
 			return fmt.Errorf("memory: creating the journal folder: %w", err)
 		}
+		if err := privfile.Tighten(j.dir); err != nil {
+			return fmt.Errorf("memory: %w", err)
+		}
 		f, err := os.OpenFile(j.lockPath, os.O_RDWR|os.O_CREATE, filePerm)
 		if err != nil {
 			return fmt.Errorf("memory: opening the journal lock: %w", err)
+		}
+		if err := privfile.TightenOpen(f); err != nil {
+			f.Close()
+			return fmt.Errorf("memory: %w", err)
 		}
 		fi, err := f.Stat()
 		if err != nil {
@@ -253,6 +263,10 @@ func (j *Journal) live() (int64, error) {
 	f, err := os.OpenFile(j.path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, filePerm)
 	if err != nil {
 		return 0, fmt.Errorf("memory: opening the journal: %w", err)
+	}
+	if err := privfile.TightenOpen(f); err != nil {
+		f.Close()
+		return 0, fmt.Errorf("memory: %w", err)
 	}
 	fi, err := f.Stat()
 	if err != nil {

@@ -12,6 +12,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"agentkit/internal/atomicfile"
 )
 
 // SessionPurger is an optional interface of a MemoryBackend: PurgeSession
@@ -148,25 +150,7 @@ func purgeFile(name string, rotated bool, sessionID string) (int, error) {
 		}
 		return removed, nil
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(name), purgeTempPrefix+"*")
-	if err != nil {
-		return 0, fmt.Errorf("memory: purging %s: %w", name, err)
-	}
-	_, err = tmp.Write(kept.Bytes())
-	if err == nil {
-		err = tmp.Chmod(filePerm)
-	}
-	if err == nil {
-		err = tmp.Sync()
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp.Name(), name)
-	}
-	if err != nil {
-		os.Remove(tmp.Name())
+	if err := atomicfile.Write(name, kept.Bytes(), &atomicfile.Options{Perm: filePerm, TempPrefix: purgeTempPrefix}); err != nil {
 		return 0, fmt.Errorf("memory: purging %s: %w", name, err)
 	}
 	return removed, nil

@@ -18,7 +18,7 @@ const (
 )
 
 // DefaultMaxTextLength is the default cut, in characters (runes), for a
-// record's userMessage, result and title.
+// record's userMessage and result.
 const DefaultMaxTextLength = 2000
 
 // timeLayout is the record's `at`: RFC 3339, UTC, exactly three
@@ -72,11 +72,12 @@ type TurnInfo struct {
 	FinishedAt time.Time
 }
 
-// NewRecord builds the record of a finished turn. userMessage, result and
-// title are cut to maxText characters (runes); maxText <= 0 means
-// DefaultMaxTextLength. A turn with a non-nil Err is failed, its result is
-// Err's message and it carries no usage. At is FinishedAt (or now) in UTC,
-// truncated to the millisecond.
+// NewRecord builds the record of a finished turn. userMessage and result
+// are cut to maxText characters (runes); maxText <= 0 means
+// DefaultMaxTextLength. The title is kept whole, as the memory contract
+// says (the session API accepts titles of up to 1024 bytes). A turn with a
+// non-nil Err is failed, its result is Err's message and it carries no
+// usage. At is FinishedAt (or now) in UTC, truncated to the millisecond.
 //
 // Invalid UTF-8 in the text fields is repaired rather than kept: each byte
 // that is not part of a valid sequence counts as one character and becomes
@@ -95,7 +96,7 @@ func NewRecord(t TurnInfo, maxText int) Record {
 		SessionID:   t.SessionID,
 		ChannelID:   t.ChannelID,
 		Status:      StatusCompleted,
-		Title:       cut(t.Title, maxText),
+		Title:       cut(t.Title, len(t.Title)), // repaired, not cut
 		UserMessage: cut(t.UserMessage, maxText),
 		Result:      cut(t.Result, maxText),
 		Usage:       t.Usage,

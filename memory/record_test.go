@@ -141,14 +141,22 @@ func TestNewRecord(t *testing.T) {
 
 	long := strings.Repeat("é", DefaultMaxTextLength+10)
 	rec = NewRecord(TurnInfo{UserMessage: long, Result: long, Title: long}, 0)
-	for name, s := range map[string]string{"userMessage": rec.UserMessage, "result": rec.Result, "title": rec.Title} {
+	for name, s := range map[string]string{"userMessage": rec.UserMessage, "result": rec.Result} {
 		if n := utf8.RuneCountInString(s); n != DefaultMaxTextLength {
 			t.Errorf("%s: %d characters, want the default cut %d", name, n, DefaultMaxTextLength)
 		}
 	}
-	rec = NewRecord(TurnInfo{UserMessage: "abcdef", Err: errors.New("uvwxyz")}, 3)
-	if rec.UserMessage != "abc" || rec.Result != "uvw" {
-		t.Errorf("cut 3: userMessage %q result %q, want abc, uvw", rec.UserMessage, rec.Result)
+	if rec.Title != long {
+		t.Errorf("title: %d characters, want all %d: the contract cuts only userMessage and result", utf8.RuneCountInString(rec.Title), utf8.RuneCountInString(long))
+	}
+	rec = NewRecord(TurnInfo{UserMessage: "abcdef", Title: "title", Err: errors.New("uvwxyz")}, 3)
+	if rec.UserMessage != "abc" || rec.Result != "uvw" || rec.Title != "title" {
+		t.Errorf("cut 3: userMessage %q result %q title %q, want abc, uvw and the title whole", rec.UserMessage, rec.Result, rec.Title)
+	}
+	// The title is repaired like the other texts: invalid UTF-8 becomes
+	// U+FFFD, byte by byte.
+	if rec = NewRecord(TurnInfo{Title: "a\xffb\xfe"}, 1); rec.Title != "a\uFFFDb\uFFFD" {
+		t.Errorf("title with invalid UTF-8 and a cut of 1: %q, want %q", rec.Title, "a\uFFFDb\uFFFD")
 	}
 }
 

@@ -12,6 +12,9 @@ import (
 	"strings"
 	"time"
 
+	"agentkit/internal/atomicfile"
+	"agentkit/internal/privfile"
+	"agentkit/record"
 	"agentkit/storage"
 )
 
@@ -32,10 +35,11 @@ type localRecord struct {
 }
 
 // localDir keeps one JSON file per reminder in a folder. Writes replace the
-// file atomically (write to a temporary file, rename). When the local copy
-// is the only durable one (no store, or a state the store has not taken)
-// the file is synced to disk before the rename; otherwise the store holds
-// the truth and the local file is a cache, so the cost of fsync is spared.
+// file atomically (atomicfile: a temporary file renamed over it). When the
+// local copy is the only durable one (no store, or a state the store has
+// not taken) the file and its folder are synced to disk; otherwise the
+// store holds the truth and the local file is a cache, so the cost of fsync
+// is spared.
 type localDir struct {
 	dir    string
 	noSync bool // a store holds the truth
@@ -57,8 +61,13 @@ func openLocal(dir string) (*localDir, error) {
 	if dir == "" {
 		return nil, errors.New("reminder: no local folder; set Options.Dir (the runtime uses --state-root/reminders)")
 	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	if err := os.MkdirAll(dir, privfile.DirPerm); err != nil {
 		return nil, fmt.Errorf("reminder: cannot create the local folder: %w", err)
+	}
+	// Reminders hold messages: the folder is the owner's alone, and so is
+	// every file in it (made so by CreateTemp, or when load finds one).
+	if err := privfile.Tighten(dir); err != nil {
+		return nil, fmt.Errorf("reminder: %w", err)
 	}
 	return &localDir{dir: dir}, nil
 }
@@ -75,13 +84,17 @@ func (l *localDir) load() (recs []localRecord, bad []error, err error) {
 		if !e.Type().IsRegular() || !strings.HasSuffix(name, ".json") || strings.HasPrefix(name, ".") {
 			continue
 		}
+		if err := privfile.Tighten(filepath.Join(l.dir, name)); err != nil {
+			bad = append(bad, fmt.Errorf("reminder: %s: %w", name, err))
+			continue
+		}
 		b, err := os.ReadFile(filepath.Join(l.dir, name))
 		if err != nil {
 			bad = append(bad, fmt.Errorf("reminder: %s: %w", name, err))
 			continue
 		}
 		var lr localRecord
-		_, err = storage.UnmarshalRecord(storage.KindReminder, filepath.Join(l.dir, name), b, &lr)
+		_, err = record.Unmarshal(storage.KindReminder, filepath.Join(l.dir, name), b, &lr)
 		if err == nil {
 			err = lr.Reminder.Check()
 		}
@@ -95,27 +108,12 @@ func (l *localDir) load() (recs []localRecord, bad []error, err error) {
 }
 
 func (l *localDir) save(lr localRecord) error {
-	b, err := storage.MarshalRecord(storage.KindReminder, lr)
+	b, err := record.Marshal(storage.KindReminder, lr)
 	if err != nil {
 		return err
 	}
 	name := filepath.Join(l.dir, fileName(lr.ID))
-	f, err := os.CreateTemp(l.dir, ".tmp-*")
-	if err != nil {
-		return fmt.Errorf("reminder: saving %s locally: %w", lr.ID, err)
-	}
-	_, err = f.Write(b)
-	if err == nil && (!l.noSync || lr.Unsynced) {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(f.Name(), name)
-	}
-	if err != nil {
-		os.Remove(f.Name())
+	if err := atomicfile.Write(name, b, &atomicfile.Options{NoSync: l.noSync && !lr.Unsynced}); err != nil {
 		return fmt.Errorf("reminder: saving %s locally: %w", lr.ID, err)
 	}
 	return nil

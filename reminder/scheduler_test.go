@@ -16,6 +16,7 @@ import (
 	"agentkit/keys"
 	"agentkit/kv"
 	"agentkit/kv/memkv"
+	"agentkit/record"
 	"agentkit/storage"
 )
 
@@ -753,12 +754,12 @@ func TestBadRecordsSkipped(t *testing.T) {
 	}
 	store := memkv.New()
 	scope, _ := keys.Agent("helper")
-	future, _ := storage.MarshalRecord(storage.KindReminder, Reminder{ID: "rem_future", SessionID: "s", State: StatePending, At: time.Now()})
+	future, _ := record.Marshal(storage.KindReminder, Reminder{ID: "rem_future", SessionID: "s", State: StatePending, At: time.Now()})
 	future = []byte(strings.Replace(string(future), `"v":1`, `"v":2`, 1))
 	fkey, _ := scope.Reminder("rem_future")
 	_ = store.Put(context.Background(), fkey, future)
 	key, _ := scope.Reminder("rem_other")
-	mismatch, _ := storage.MarshalRecord(storage.KindReminder, Reminder{ID: "rem_mismatch", SessionID: "s", State: StatePending, At: time.Now()})
+	mismatch, _ := record.Marshal(storage.KindReminder, Reminder{ID: "rem_mismatch", SessionID: "s", State: StatePending, At: time.Now()})
 	_ = store.Put(context.Background(), key, mismatch)
 	var logs strings.Builder
 	var mu sync.Mutex

@@ -8,8 +8,6 @@ import (
 	"net/http"
 	"strings"
 
-	"agentkit/actor"
-	"agentkit/actor/mergepatch"
 	"agentkit/agent"
 	"agentkit/tool"
 )
@@ -91,7 +89,7 @@ func (s *Server) putState(w http.ResponseWriter, r *http.Request) {
 		s.actorFail(w, r, err)
 		return
 	}
-	st, err := mergepatch.Compact(body, "state")
+	st, err := agent.CompactJSON(body, "state")
 	if err != nil {
 		s.actorFail(w, r, err)
 		return
@@ -192,7 +190,7 @@ func (s *Server) readRawBody(w http.ResponseWriter, r *http.Request, what string
 // and column) or holds a lone UTF-16 surrogate escape, as the other routes'
 // bodies are refused (strictjson.go).
 func checkJSONText(body []byte, doc string) error {
-	if err := mergepatch.Validate(body, doc); err != nil {
+	if err := agent.CheckJSON(body, doc); err != nil {
 		return err
 	}
 	return checkSurrogates(body)
@@ -208,8 +206,8 @@ func writeRawJSON(w http.ResponseWriter, status int, v []byte) {
 // actorFail answers an error of the session actor routes: the actor's own
 // errors here, the runtime's through fail.
 func (s *Server) actorFail(w http.ResponseWriter, r *http.Request, err error) {
-	var se *mergepatch.SyntaxError
-	var me *actor.MigratedError
+	var se *agent.JSONError
+	var me *agent.ActorMigratedError
 	switch {
 	case errors.As(err, &se) && (se.Doc == "patch" || se.Doc == "state"):
 		writeError(w, http.StatusBadRequest, CodeInvalidJSON, se.Error())
@@ -218,13 +216,11 @@ func (s *Server) actorFail(w http.ResponseWriter, r *http.Request, err error) {
 	case errors.As(err, &me):
 		s.log.Warn("server: the session's actor is on another host", "requestId", requestID(r.Context()), "error", err)
 		writeError(w, http.StatusConflict, CodeActorMigrated, migratedMessage(me))
-	case errors.Is(err, actor.ErrNewerFormat):
+	case errors.Is(err, agent.ErrActorNewerFormat):
 		s.log.Error("server: an actor database of a newer format", "requestId", requestID(r.Context()), "error", err)
 		writeError(w, http.StatusInternalServerError, CodeNewerFormat, "the session's actor database was written by a newer agentkit; upgrade agentkit on this host (the server log names the file)")
-	case errors.Is(err, actor.ErrInvalidState) && se == nil:
+	case errors.Is(err, agent.ErrInvalidState) && se == nil:
 		writeError(w, http.StatusUnprocessableEntity, CodeInvalidState, strings.TrimPrefix(err.Error(), "actor: "))
-	case errors.Is(err, actor.ErrClosed):
-		s.fail(w, r, agent.ErrClosed)
 	default:
 		s.fail(w, r, err)
 	}
@@ -232,7 +228,7 @@ func (s *Server) actorFail(w http.ResponseWriter, r *http.Request, err error) {
 
 // migratedMessage says which host has a migrated actor, without this
 // host's paths.
-func migratedMessage(e *actor.MigratedError) string {
+func migratedMessage(e *agent.ActorMigratedError) string {
 	switch {
 	case e.Lost:
 		return "this host migrated the session's actor from the key-value store and its database file is now missing; restore it from a backup (the server log names the file)"

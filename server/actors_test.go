@@ -136,6 +136,9 @@ func TestSessionStateErrors(t *testing.T) {
 				t.Errorf("%s: message %q does not say %q", c.name, e.Error.Message, s)
 			}
 		}
+		if strings.Contains(e.Error.Message, "SessionState") || strings.Contains(e.Error.Message, "agent.") {
+			t.Errorf("%s: message %q names a Go type", c.name, e.Error.Message)
+		}
 		if st == 415 && c.method == "PATCH" && hdr.Get("Accept-Patch") != mergePatch {
 			t.Errorf("%s: Accept-Patch %q", c.name, hdr.Get("Accept-Patch"))
 		}

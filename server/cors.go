@@ -13,11 +13,16 @@ import (
 const CodeOriginNotAllowed = "origin_not_allowed"
 
 // corsAllowHeaders are the request headers a page on an allowed origin may
-// send.
-const corsAllowHeaders = "Authorization, Content-Type, Accept, Last-Event-ID, X-Request-Id, Cache-Control"
+// send: every header the API reads (Idempotency-Key, so that a page can
+// retry a turn safely; Last-Event-ID, so that a stream can resume) and
+// those clients commonly add.
+const corsAllowHeaders = "Authorization, Content-Type, Accept, Idempotency-Key, Last-Event-ID, X-Request-Id, Cache-Control"
 
-// corsExposeHeaders are the answer headers such a page may read.
-const corsExposeHeaders = "X-Request-Id, Location, Retry-After, WWW-Authenticate"
+// corsExposeHeaders are the answer headers such a page may read: every
+// header the API sets beyond those a browser always shows (Content-Type,
+// Cache-Control): Idempotent-Replayed tells a retry's answer from the
+// first, Retry-After when to retry.
+const corsExposeHeaders = "X-Request-Id, Location, Retry-After, Idempotent-Replayed, WWW-Authenticate, Allow, Accept-Patch"
 
 // corsMethods are the methods of the /v1/ routes.
 const corsMethods = "GET, POST, PUT, PATCH, DELETE"
@@ -104,7 +109,10 @@ func (s *Server) handleCORS(w http.ResponseWriter, r *http.Request) bool {
 
 // sameOrigin reports whether origin is the server's own: its host and port
 // are the request's Host (the scheme is not checked, as a proxy may end
-// TLS in front of the server).
+// TLS in front of the server). The Host is the client's word; it is only
+// trusted because the Host check (hostPolicy) ran first: without a token,
+// a Host that no one else can point at this machine. Otherwise a page on
+// a name re-pointed at 127.0.0.1 would pass as the server's own.
 func sameOrigin(r *http.Request, origin string) bool {
 	u, err := url.Parse(origin)
 	return err == nil && u.Host != "" && strings.EqualFold(u.Host, r.Host)

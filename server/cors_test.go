@@ -5,6 +5,10 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -23,7 +27,7 @@ func TestCORSAllowlist(t *testing.T) {
 		req, _ := http.NewRequest("OPTIONS", f.url+"/v1/sessions", nil)
 		req.Header.Set("Origin", origin)
 		req.Header.Set("Access-Control-Request-Method", "POST")
-		req.Header.Set("Access-Control-Request-Headers", "authorization, content-type")
+		req.Header.Set("Access-Control-Request-Headers", "authorization, content-type, idempotency-key, last-event-id")
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
@@ -34,7 +38,7 @@ func TestCORSAllowlist(t *testing.T) {
 	resp := pre(allowed)
 	h := resp.Header
 	if resp.StatusCode != http.StatusNoContent || h.Get("Access-Control-Allow-Origin") != allowed || h.Get("Access-Control-Allow-Credentials") != "true" ||
-		!strings.Contains(h.Get("Access-Control-Allow-Headers"), "Authorization") || !strings.Contains(h.Get("Access-Control-Allow-Methods"), "POST") ||
+		!allows(h.Get("Access-Control-Allow-Headers"), "Authorization", "Content-Type", "Idempotency-Key", "Last-Event-ID") || !strings.Contains(h.Get("Access-Control-Allow-Methods"), "POST") ||
 		!strings.Contains(strings.Join(h.Values("Vary"), ","), "Origin") {
 		t.Errorf("preflight from an allowed origin: %d %v", resp.StatusCode, h)
 	}
@@ -51,7 +55,7 @@ func TestCORSAllowlist(t *testing.T) {
 	resp = f.send("POST", "/v1/sessions", `{"message": "hi"}`, http.Header{"Origin": {allowed}})
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusCreated || resp.Header.Get("Access-Control-Allow-Origin") != allowed ||
-		!strings.Contains(resp.Header.Get("Access-Control-Expose-Headers"), "Location") {
+		!allows(resp.Header.Get("Access-Control-Expose-Headers"), "Location", "Retry-After", "Idempotent-Replayed", "X-Request-Id") {
 		t.Errorf("POST from an allowed origin: %d %v", resp.StatusCode, resp.Header)
 	}
 	var e apiError
@@ -72,6 +76,85 @@ func TestCORSAllowlist(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		t.Errorf("/healthz with an Origin: %d", resp.StatusCode)
+	}
+}
+
+// allows reports whether a CORS header's comma-separated list holds each
+// name, compared as the browser does (case-insensitively).
+func allows(list string, names ...string) bool {
+	have := map[string]bool{}
+	for n := range strings.SplitSeq(list, ",") {
+		have[strings.ToLower(strings.TrimSpace(n))] = true
+	}
+	for _, n := range names {
+		if !have[strings.ToLower(n)] {
+			return false
+		}
+	}
+	return true
+}
+
+// TestCORSCoversEveryHeaderTheAPIUses reads the package's source for the
+// request headers the API reads and the answer headers it sets, and checks
+// that a page on an allowed origin may send (preflight) and read (expose)
+// each one, so that a header added later cannot be left out: a browser
+// client could not retry safely without Idempotency-Key and
+// Idempotent-Replayed.
+func TestCORSCoversEveryHeaderTheAPIUses(t *testing.T) {
+	files, err := filepath.Glob("*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	reads := regexp.MustCompile(`\bHeader\.(?:Get|Values)\("([A-Za-z-]+)"\)`)
+	sets := regexp.MustCompile(`(?:\bHeader\(\)|\bh)\.(?:Set|Add)\("([A-Za-z-]+)"`)
+	// Request headers the browser sends itself, and answer headers a page
+	// needs no exposing for (Content-Type and Cache-Control every page may
+	// read) or has no use for (CORS's, the playground page's).
+	browsers := map[string]bool{"Origin": true, "Access-Control-Request-Method": true}
+	notForScripts := map[string]bool{
+		"Content-Type": true, "Cache-Control": true, "Vary": true,
+		"Content-Security-Policy": true, "X-Content-Type-Options": true, "Referrer-Policy": true, "X-Accel-Buffering": true,
+	}
+	var sent, answered []string
+	for _, name := range files {
+		if strings.HasSuffix(name, "_test.go") {
+			continue
+		}
+		src, err := os.ReadFile(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range reads.FindAllStringSubmatch(string(src), -1) {
+			if !browsers[m[1]] {
+				sent = append(sent, m[1])
+			}
+		}
+		for _, m := range sets.FindAllStringSubmatch(string(src), -1) {
+			if !notForScripts[m[1]] && !strings.HasPrefix(m[1], "Access-Control-") {
+				answered = append(answered, m[1])
+			}
+		}
+	}
+	sent, answered = slices.Compact(slices.Sorted(slices.Values(sent))), slices.Compact(slices.Sorted(slices.Values(answered)))
+	t.Logf("request headers the API reads: %v; answer headers it sets: %v", sent, answered)
+	if !slices.Contains(sent, "Idempotency-Key") || !slices.Contains(sent, "Content-Type") || !slices.Contains(answered, "Idempotent-Replayed") || !slices.Contains(answered, "Retry-After") {
+		t.Fatalf("the source scan found the request headers %v and the answer headers %v; it misses some", sent, answered)
+	}
+	const origin = "https://chat.example.com"
+	f := newFixture(t, fixtureOpts{Options: server.Options{CORSOrigins: []string{origin}}})
+	pre := f.send("OPTIONS", "/v1/sessions", "", http.Header{"Origin": {origin}, "Access-Control-Request-Method": {"POST"}, "Access-Control-Request-Headers": {strings.ToLower(strings.Join(sent, ","))}})
+	pre.Body.Close()
+	for _, h := range sent {
+		if !allows(pre.Header.Get("Access-Control-Allow-Headers"), h) {
+			t.Errorf("the API reads the request header %s, but a preflight does not allow it (Access-Control-Allow-Headers: %s)", h, pre.Header.Get("Access-Control-Allow-Headers"))
+		}
+	}
+	resp := f.send("GET", "/v1/sessions", "", http.Header{"Origin": {origin}})
+	resp.Body.Close()
+	for _, h := range answered {
+		if !allows(resp.Header.Get("Access-Control-Expose-Headers"), h) {
+			t.Errorf("the API sets the answer header %s, but a page may not read it (Access-Control-Expose-Headers: %s)", h, resp.Header.Get("Access-Control-Expose-Headers"))
+		}
 	}
 }
 

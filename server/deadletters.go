@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"agentkit/agent"
-	"agentkit/ledger"
 )
 
 // Error codes of the dead-letter routes.
@@ -23,32 +22,18 @@ const (
 	CodeDeadLetterNotFound = "dead_letter_not_found"
 )
 
-// deadLetterRoutes registers the dead-letter routes: the real ones in
-// serving mode ledger, and in serving mode local the same patterns
-// answering 404 not_ledger_mode, so a client learns why, and the routes
-// stay in the route table the auth test walks.
+// deadLetterRoutes registers the dead-letter routes. In serving mode
+// local they answer 404 not_ledger_mode, so a client learns why, and the
+// routes stay in the route table the auth test walks.
 func (s *Server) deadLetterRoutes() {
-	l := s.rt.Ledger()
-	if l == nil {
-		s.mux.HandleFunc("GET /v1/deadletters", s.notLedger)
-		s.mux.HandleFunc("POST /v1/deadletters/{sessionId}/{eventId}/replay", s.notLedger)
-		s.mux.HandleFunc("DELETE /v1/deadletters/{sessionId}/{eventId}", s.notLedger)
-		return
-	}
-	d := &deadLetterRoutes{s: s, l: l}
+	d := &deadLetterRoutes{s: s}
 	s.mux.HandleFunc("GET /v1/deadletters", d.list)
 	s.mux.HandleFunc("POST /v1/deadletters/{sessionId}/{eventId}/replay", d.replay)
 	s.mux.HandleFunc("DELETE /v1/deadletters/{sessionId}/{eventId}", d.drop)
 }
 
-func (s *Server) notLedger(w http.ResponseWriter, r *http.Request) {
-	writeError(w, http.StatusNotFound, CodeNotLedger,
-		"this agent serves in mode "+s.rt.Info().Serving+": dead letters exist only in serving mode ledger (serving: ledger in agentkit.yaml, or agentkit serve --serving ledger)")
-}
-
 type deadLetterRoutes struct {
 	s *Server
-	l *ledger.Ledger
 }
 
 // deadLetterJSON is one dead letter in an answer.
@@ -77,7 +62,7 @@ func (d *deadLetterRoutes) list(w http.ResponseWriter, r *http.Request) {
 		limit = agent.DefaultPageSize
 	}
 	page := deadLetterPage{DeadLetters: []deadLetterJSON{}}
-	for dl, err := range d.l.DeadLetters(r.Context(), r.URL.Query().Get("sessionId")) {
+	for dl, err := range d.s.rt.DeadLetters(r.Context(), r.URL.Query().Get("sessionId")) {
 		if err != nil {
 			d.fail(w, r, err)
 			return
@@ -107,50 +92,49 @@ type replayAnswer struct {
 
 func (d *deadLetterRoutes) replay(w http.ResponseWriter, r *http.Request) {
 	sid, eid := r.PathValue("sessionId"), r.PathValue("eventId")
-	res, err := d.l.Replay(r.Context(), sid, eid)
+	res, err := d.s.rt.ReplayDeadLetter(r.Context(), sid, eid)
 	if err != nil {
 		d.fail(w, r, err)
 		return
 	}
-	a := replayAnswer{SessionID: sid, EventID: eid, Status: "queued"}
-	switch {
-	case res.Duplicate && res.State == ledger.StateCommitted:
-		a.Status, a.CommitSeq = "committed", res.CommitSeq
-		writeJSON(w, http.StatusOK, a)
-	case res.Duplicate:
-		a.Status = "pending"
-		writeJSON(w, http.StatusOK, a)
-	default:
+	a := replayAnswer{SessionID: sid, EventID: eid, Status: res.State, CommitSeq: res.CommitSeq}
+	if res.State == agent.ReplayQueued {
 		writeJSON(w, http.StatusAccepted, a)
+		return
 	}
+	writeJSON(w, http.StatusOK, a)
 }
 
 func (d *deadLetterRoutes) drop(w http.ResponseWriter, r *http.Request) {
-	if err := d.l.Drop(r.Context(), r.PathValue("sessionId"), r.PathValue("eventId")); err != nil {
+	if err := d.s.rt.DropDeadLetter(r.Context(), r.PathValue("sessionId"), r.PathValue("eventId")); err != nil {
 		d.fail(w, r, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
 }
 
-// fail answers a ledger error: 404 for an unknown dead letter or a
-// deleted session, 429 for a full inbox, 503 for the store (the only
-// other thing these routes touch).
+// fail answers an error of the dead-letter operations: 404 in serving
+// mode local, for an unknown dead letter or a deleted session, 429 for a
+// full inbox, 503 for the store (the only other thing these routes
+// touch).
 func (d *deadLetterRoutes) fail(w http.ResponseWriter, r *http.Request, err error) {
-	var be *ledger.BusyError
+	var full *agent.InboxFullError
 	switch {
-	case errors.Is(err, ledger.ErrNotDeadLettered):
+	case errors.Is(err, agent.ErrNotLedgerMode):
+		writeError(w, http.StatusNotFound, CodeNotLedger,
+			"this agent serves in mode "+d.s.rt.Info().Serving+": dead letters exist only in serving mode ledger (serving: ledger in agentkit.yaml, or agentkit serve --serving ledger)")
+	case errors.Is(err, agent.ErrDeadLetterNotFound):
 		writeError(w, http.StatusNotFound, CodeDeadLetterNotFound, "no dead letter has this session and event id; GET /v1/deadletters lists them")
-	case errors.Is(err, ledger.ErrDeleted), errors.Is(err, ledger.ErrUnknownSession):
+	case errors.Is(err, agent.ErrSessionNotFound):
 		writeError(w, http.StatusNotFound, CodeSessionNotFound, "no session has this id (a deleted session's dead letters went with it)")
-	case errors.As(err, &be):
-		secs := int(math.Ceil(be.RetryAfter.Seconds()))
+	case errors.As(err, &full):
+		secs := int(math.Ceil(full.RetryAfter.Seconds()))
 		if secs < 1 {
 			secs = 1
 		}
 		w.Header().Set("Retry-After", strconv.Itoa(secs))
 		writeError(w, http.StatusTooManyRequests, CodeInboxFull,
-			fmt.Sprintf("the session's inbox is full (%d messages pending); nothing was replayed, retry after %d s", be.Pending, secs))
+			fmt.Sprintf("the session's inbox is full (%d messages pending); nothing was replayed, retry after %d s", full.Pending, secs))
 	case r.Context().Err() != nil:
 		// the client went away; nobody reads the answer
 		writeError(w, http.StatusServiceUnavailable, CodeStoreUnavailable, "the request was canceled")

@@ -37,8 +37,7 @@ func serveLedger(t *testing.T, store *kv.DB, name string) *ledgerServer {
 	rc := agent.Config{
 		Agent: agent.Agent{Name: name, Model: echoModel(t), NoWorkspaceTools: true}, StateRoot: t.TempDir(), Store: store,
 		Serving: agent.ServingLedger, Logger: discardLogger(),
-		Ledger: agent.LedgerOptions{AllowProcessLocal: true, Lease: 2 * time.Second, MaxAttempts: 3, MaxPending: 7,
-			JanitorInterval: 100 * time.Millisecond, FollowInterval: 20 * time.Millisecond},
+		Ledger: agent.LedgerOptions{Tuning: ledger.Tuning{Lease: 2 * time.Second, MaxAttempts: 3, MaxPending: 7, JanitorInterval: 100 * time.Millisecond, FollowInterval: 20 * time.Millisecond}, AllowProcessLocal: true},
 	}
 	const token = "a-long-enough-token"
 	go func() {
@@ -111,8 +110,8 @@ func poison(t *testing.T, store *kv.DB, agentName, sid, eventID, message string)
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	l, err := ledger.Open(ledger.Options{
-		Store: store, Agent: agentName, AllowProcessLocal: true, MaxAttempts: 2, Lease: 2 * time.Second, Logger: discardLogger(),
+	l, err := ledger.Open(ledger.Options{Tuning: ledger.Tuning{MaxAttempts: 2, Lease: 2 * time.Second},
+		Store: store, Agent: agentName, AllowProcessLocal: true, Logger: discardLogger(),
 		Handler: func(context.Context, *ledger.Turn) error { return errors.New("the tool choked on poison") },
 	})
 	if err != nil {
@@ -167,6 +166,9 @@ func TestDeadLettersOverHTTP(t *testing.T) {
 	var e apiError
 	if st := s.do("GET", "/v1/deadletters?limit=0", &e); st != 400 || !strings.Contains(e.Error.Message, "limit") {
 		t.Errorf("limit=0: %d %+v; want 400 naming limit", st, e)
+	}
+	if st := s.do("GET", "/v1/deadletters?limit=99999999999999999999", &e); st != 400 || !strings.Contains(e.Error.Message, "out of range; use 1 to 1000") {
+		t.Errorf("limit=99999999999999999999: %d %+v; want 400 saying it is out of range and naming the range", st, e)
 	}
 	if st := s.do("POST", "/v1/deadletters/s1/nope/replay", &e); st != 404 || e.Error.Code != server.CodeDeadLetterNotFound {
 		t.Errorf("replay of an unknown dead letter: %d %+v", st, e)
@@ -273,6 +275,8 @@ func TestLedgerMetricsAndInfo(t *testing.T) {
 			DriftAllowance                                      float64
 			MaxAttempts, MaxPending, MaxEventBytes, DedupWindow int
 			MaxPendingBytes                                     int64
+			IdempotencyWindowMs, ClockSkewMs                    int64
+			MaxKeys                                             int
 		}
 	}
 	if st := s.do("GET", "/v1/info", &info); st != 200 || info.Serving != "ledger" || info.Ledger == nil {
@@ -281,7 +285,8 @@ func TestLedgerMetricsAndInfo(t *testing.T) {
 	l := info.Ledger
 	if l.LeaseMs != 2000 || l.MarginMs != 400 || l.DriftAllowance != ledger.DefaultDriftAllowance || l.MaxAttempts != 3 || l.MaxPending != 7 ||
 		l.MaxPendingBytes != ledger.DefaultMaxPendingBytes || l.JanitorIntervalMs != 100 || l.DedupWindow != ledger.DefaultDedupWindow ||
-		l.RetryAfterMs != ledger.DefaultRetryAfter.Milliseconds() || l.MaxEventBytes != ledger.DefaultMaxEventBytes {
+		l.RetryAfterMs != ledger.DefaultRetryAfter.Milliseconds() || l.MaxEventBytes != ledger.DefaultMaxEventBytes ||
+		l.IdempotencyWindowMs != ledger.DefaultIdempotencyWindow.Milliseconds() || l.ClockSkewMs != ledger.DefaultClockSkew.Milliseconds() || l.MaxKeys != ledger.DefaultMaxKeys {
 		t.Errorf("/v1/info ledger settings %+v; want those the server was given, defaults filled in", *l)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"agentkit/agent"
+	"agentkit/internal/jsonerr"
 )
 
 // Error codes of the JSON error answers.
@@ -27,10 +28,14 @@ const (
 	CodeMethodNotAllowed = "method_not_allowed"     // 405
 	CodeSessionBusy      = "session_busy"           // 409
 	CodeKeyInUse         = "idempotency_key_in_use" // 409: a request with this Idempotency-Key is running
+	CodeTurnForked       = "turn_forked"            // 409: the turn ran and was recorded as a fork (ifLastSeq)
+	CodeSessionMoved     = "session_moved"          // 409: serving mode local, the session moved to serving mode ledger
+	CodePrecondition     = "precondition_failed"    // 412: the session moved on since ifLastSeq; nothing ran
 	CodeKeyReused        = "idempotency_key_reused" // 422: the Idempotency-Key names another request
 	CodeTooLarge         = "body_too_large"         // 413
 	CodeMessageTooLarge  = "message_too_large"      // 413: over the ledger's limit on one queued message
 	CodeInboxFull        = "inbox_full"             // 429: the session's queue is full (serving mode ledger)
+	CodeTooManyKeys      = "too_many_keys"          // 429: the session keeps ledger.maxKeys Idempotency-Keys (serving mode ledger)
 	CodeDeadLettered     = "dead_lettered"          // 422: the message went to the dead-letter store (serving mode ledger)
 	CodeStoreUnavailable = "store_unavailable"      // 503
 	CodeShuttingDown     = "shutting_down"          // 503
@@ -74,6 +79,7 @@ func (s *Server) classify(r *http.Request, err error) (int, string, string) {
 	var ie *agent.InvalidError
 	var mb *http.MaxBytesError
 	var be *bodyError
+	var full *agent.InboxFullError
 	switch {
 	case errors.As(err, &mb):
 		return http.StatusRequestEntityTooLarge, CodeTooLarge, fmt.Sprintf("the request body is over the %d-byte limit; send less, or raise the server's --max-body-bytes", mb.Limit)
@@ -94,10 +100,18 @@ func (s *Server) classify(r *http.Request, err error) (int, string, string) {
 		return http.StatusServiceUnavailable, CodeStoreUnavailable, "the store is unavailable; retry later (the server log has the details)"
 	case errors.Is(err, agent.ErrBusy):
 		return http.StatusConflict, CodeSessionBusy, "another turn of this session is running; retry when it ends (send an Idempotency-Key, and the same one on every retry, so a retry never runs the turn twice)"
+	case errors.Is(err, agent.ErrSessionMoved):
+		return http.StatusConflict, CodeSessionMoved, "this session moved to serving mode ledger, and this server serves in mode local; send its requests to a server of serving mode ledger"
+	case errors.Is(err, agent.ErrPreconditionFailed):
+		return http.StatusPreconditionFailed, CodePrecondition, strings.TrimPrefix(err.Error(), "agent: ")
+	case errors.Is(err, agent.ErrTurnForked):
+		return http.StatusConflict, CodeTurnForked, strings.TrimPrefix(err.Error(), "agent: ")
 	case errors.Is(err, agent.ErrKeyInUse):
 		return http.StatusConflict, CodeKeyInUse, "a request with this Idempotency-Key is running; retry when it has answered, and the retry gets its answer"
 	case errors.Is(err, agent.ErrKeyReused):
 		return http.StatusUnprocessableEntity, CodeKeyReused, strings.TrimPrefix(err.Error(), agent.ErrKeyReused.Error()+": ")
+	case errors.As(err, &full) && full.Keys > 0:
+		return http.StatusTooManyRequests, CodeTooManyKeys, "the session keeps as many Idempotency-Keys of recent messages as the server allows (ledger.maxKeys in agentkit.yaml; each is kept for ledger.idempotencyWindow); send the message again after Retry-After seconds, once the oldest have expired"
 	case errors.Is(err, agent.ErrInboxFull):
 		return http.StatusTooManyRequests, CodeInboxFull, "the session has as many messages queued as the server allows; send the message again (with the same Idempotency-Key) after Retry-After seconds"
 	case errors.Is(err, agent.ErrTooLarge):
@@ -122,7 +136,9 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	case http.StatusServiceUnavailable:
 		w.Header().Set("Retry-After", "5")
 	case http.StatusConflict:
-		w.Header().Set("Retry-After", "1")
+		if code != CodeTurnForked { // a forked turn is done: read the events, do not retry
+			w.Header().Set("Retry-After", "1")
+		}
 	case http.StatusTooManyRequests:
 		w.Header().Set("Retry-After", retryAfter(err))
 	}
@@ -190,7 +206,7 @@ func jsonError(err error, allowed string) error {
 		if te.Field == "" {
 			return badBody("the request body must be a JSON object with %s, not a JSON %s", allowed, te.Value)
 		}
-		return badBody("%s: expected %s, found a JSON %s", te.Field, jsonKind(te.Type.Kind().String()), te.Value)
+		return badBody("%s", jsonerr.Describe(err, "the request body"))
 	case errors.As(err, &se):
 		return badBody("the request body is not valid JSON (at byte %d): %s", se.Offset, strings.TrimPrefix(se.Error(), "json: "))
 	case errors.Is(err, io.ErrUnexpectedEOF):
@@ -201,22 +217,6 @@ func jsonError(err error, allowed string) error {
 		return badBody("%s: unknown field; the allowed fields are %s", strings.Trim(f, `"`), allowed)
 	}
 	return badBody("the request body is not valid: %s", strings.TrimPrefix(msg, "json: "))
-}
-
-func jsonKind(k string) string {
-	switch k {
-	case "string":
-		return "a string"
-	case "map", "struct":
-		return "an object"
-	case "slice":
-		return "an array"
-	case "bool":
-		return "true or false"
-	case "ptr":
-		return "a value"
-	}
-	return "a number"
 }
 
 // logAttrsOf is slog attributes for an error answer streamed after the

@@ -8,6 +8,7 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"strings"
 	"time"
 
 	"agentkit/evals"
@@ -198,7 +199,7 @@ func (s *Server) failEvals(w http.ResponseWriter, r *http.Request, err error) {
 		w.Header().Set("Retry-After", "5")
 		writeError(w, http.StatusServiceUnavailable, CodeShuttingDown, "the server is shutting down; start the run on another host or after the restart")
 	case errors.Is(err, evals.ErrInvalid):
-		writeError(w, http.StatusBadRequest, CodeInvalid, err.Error())
+		writeError(w, http.StatusBadRequest, CodeInvalid, strings.TrimPrefix(err.Error(), "evals: "))
 	default:
 		s.log.Warn("server: the eval-run table failed", "requestId", requestID(r.Context()), "error", err)
 		w.Header().Set("Retry-After", "5")

@@ -93,6 +93,42 @@ func TestEvalRoutes(t *testing.T) {
 	f.wantError("POST", "/v1/evals", `{"name": "x"}`, 400, server.CodeInvalid, "cases: missing")
 }
 
+// The errors of an eval request speak of JSON and the request's fields,
+// never of the Go types the runtime decodes them into, and an empty cases
+// file is said to be empty, at no line.
+func TestEvalErrorsSpeakJSON(t *testing.T) {
+	f := newFixture(t, fixtureOpts{})
+	for _, c := range []struct{ body, want string }{
+		{`{"cases": 5}`, `cases: expected a JSON array of cases, such as [{"name": "greets", "input": "hello", "expect": {"contains": "hello"}}], found a JSON number`},
+		{`{"cases": "x"}`, `cases: expected a JSON array of cases`},
+		{`{"cases": [5]}`, `cases: case 1: not a case: a case is a JSON object such as {"name": "greets"`},
+		{`{"cases": [{"name": 5}]}`, `cases: case 1: not a case: name: expected a string, found a JSON number`},
+		{`{"cases": [{"name": "a", "input": "x", "expect": "y"}]}`, `cases: case 1: not a case: expect: expected an object, found a JSON string`},
+		{`{"cases": [], "concurrency": 1}`, `invalid cases: no cases; give at least one`},
+		{`{"cases": [{"name": "a", "input": "x"}], "concurrency": 1e20}`, `concurrency: 1e20 is not a whole number from -9223372036854775808 to 9223372036854775807`},
+		{`{"cases": [{"name": "a", "input": "x"}], "concurrency": 2.5}`, `concurrency: 2.5 is not a whole number`},
+	} {
+		var e apiError
+		st := f.do("POST", "/v1/evals", c.body, &e)
+		if st != 400 || e.Error.Code != server.CodeInvalid || !strings.Contains(e.Error.Message, c.want) {
+			t.Errorf("POST /v1/evals %s: %d %q; want 400 saying %q", c.body, st, e.Error.Message, c.want)
+		}
+		for _, goName := range []string{"Go ", "json.", "evals.", "evals:", "RawMessage", "Case."} {
+			if strings.Contains(e.Error.Message, goName) {
+				t.Errorf("POST /v1/evals %s: %q names %q", c.body, e.Error.Message, goName)
+			}
+		}
+	}
+	for _, body := range []string{"", "\n# nothing yet\n"} {
+		resp := f.send("POST", "/v1/evals", body, http.Header{"Content-Type": {"application/x-ndjson"}})
+		var e apiError
+		decodeJSON(t, resp, &e)
+		if resp.StatusCode != 400 || !strings.HasPrefix(e.Error.Message, "cases: the request body: no cases: it ") || strings.Contains(e.Error.Message, ":0:") {
+			t.Errorf("a cases file %q: %d %q; want 400 saying the request body has no cases", body, resp.StatusCode, e.Error.Message)
+		}
+	}
+}
+
 func TestEvalAndABRoutesNeedTheToken(t *testing.T) {
 	f := newFixture(t, fixtureOpts{Options: server.Options{AuthToken: "secret"}})
 	f.token = ""

@@ -7,12 +7,14 @@ import (
 	"fmt"
 	"io"
 	"iter"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -425,10 +427,21 @@ func TestServeReturnsWhenACanceledTurnStillHangs(t *testing.T) {
 	}}}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	// The turn goes on after Serve returns; the state root is removed only
+	// once it has finished (its TurnFinished is its last step).
+	root := t.TempDir()
+	finished := &turnDone{done: make(chan struct{})}
+	t.Cleanup(func() {
+		select {
+		case <-finished.done:
+		case <-time.After(30 * time.Second):
+			t.Error("the hanging turn did not finish within 30s of its release")
+		}
+	})
 	addr := make(chan string, 1)
 	served := make(chan error, 1)
 	go func() {
-		served <- server.Serve(ctx, agent.Config{Agent: a, StateRoot: t.TempDir(), Store: memkv.New()}, server.Config{
+		served <- server.Serve(ctx, agent.Config{Agent: a, StateRoot: root, Store: memkv.New(), Observer: finished}, server.Config{
 			Addr:            "127.0.0.1:0",
 			Options:         server.Options{Logger: discardLogger()},
 			ShutdownTimeout: 100 * time.Millisecond,
@@ -498,5 +511,128 @@ func TestDeadLetterRoutesNeedServingModeLedger(t *testing.T) {
 	f.do("GET", "/v1/info", "", &info)
 	if _, ok := info["ledger"]; ok || info["serving"] != "local" {
 		t.Errorf("/v1/info in serving mode local: %v; want serving local and no ledger object", info)
+	}
+}
+
+// turnDone closes done when a turn finishes.
+type turnDone struct {
+	agent.NopObserver
+	once sync.Once
+	done chan struct{}
+}
+
+func (o *turnDone) TurnFinished(agent.TurnStatus, time.Duration) { o.once.Do(func() { close(o.done) }) }
+
+// lockedBuffer is a log sink safe for the server's goroutines.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// slowModel tells entered when it is asked, then answers after delay
+// (or when its context ends).
+type slowModel struct {
+	entered chan struct{}
+	delay   time.Duration
+}
+
+func (m *slowModel) Name() string { return "slow" }
+
+func (m *slowModel) Generate(ctx context.Context, req model.Request) (model.Response, error) {
+	select {
+	case m.entered <- struct{}{}:
+	default:
+	}
+	select {
+	case <-time.After(m.delay):
+	case <-ctx.Done():
+		return model.Response{}, ctx.Err()
+	}
+	return model.Response{Message: model.Message{Role: model.RoleAssistant, Content: "done"}}, nil
+}
+
+// TestAShutdownShorterThanATurnLogsWhatTheClientGot: a turn outlasts the
+// shutdown timeout, so its connection is closed before its answer is sent.
+// The client gets no answer, and the request's log record says so (status
+// 0, with the answer it was due) instead of claiming a 201. The turn's
+// outcome is readable afterwards by its Idempotency-Key, on the next
+// server over the same state root.
+func TestAShutdownShorterThanATurnLogsWhatTheClientGot(t *testing.T) {
+	root := t.TempDir()
+	serve := func(m model.Model, logs *lockedBuffer, timeout time.Duration) (string, context.CancelFunc, <-chan error) {
+		ctx, cancel := context.WithCancel(context.Background())
+		addr := make(chan string, 1)
+		served := make(chan error, 1)
+		go func() {
+			served <- server.Serve(ctx, agent.Config{Agent: agent.Agent{Name: "slow", Model: m}, StateRoot: root}, server.Config{
+				Addr:            "127.0.0.1:0",
+				Options:         server.Options{Logger: slog.New(slog.NewJSONHandler(logs, nil))},
+				ShutdownTimeout: timeout,
+				CancelGrace:     5 * time.Second,
+				OnListen:        func(a net.Addr) { addr <- a.String() },
+			})
+		}()
+		return "http://" + <-addr, cancel, served
+	}
+	slow := &slowModel{entered: make(chan struct{}, 1), delay: time.Minute}
+	logs := &lockedBuffer{}
+	base, cancel, served := serve(slow, logs, 100*time.Millisecond)
+	answered := make(chan error, 1)
+	go func() {
+		req, _ := http.NewRequest("POST", base+"/v1/sessions", strings.NewReader(`{"message":"slow"}`))
+		req.Header.Set("Idempotency-Key", "slow-key")
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			_, err = io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if err == nil {
+				err = fmt.Errorf("the client got an answer: %d", resp.StatusCode)
+			}
+		}
+		answered <- err
+	}()
+	<-slow.entered // the turn runs
+	cancel()
+	if err := <-served; err != nil {
+		t.Fatalf("Serve: %v", err)
+	}
+	if err := <-answered; err == nil || strings.Contains(err.Error(), "got an answer") {
+		t.Fatalf("the client: %v; want no answer (the connection closed)", err)
+	}
+	var record map[string]any
+	for line := range strings.SplitSeq(logs.String(), "\n") {
+		if strings.Contains(line, `"route":"POST /v1/sessions"`) {
+			json.Unmarshal([]byte(line), &record)
+		}
+	}
+	if record == nil || record["status"] != float64(0) || record["answer"] != float64(201) {
+		t.Fatalf("the request's log record %v; want status 0 and the answer 201 it was due (the client got none)", record)
+	}
+	// The outcome, by the key, on the next server.
+	base, cancel, served = serve(echoModel(t), &lockedBuffer{}, time.Second)
+	defer func() { cancel(); <-served }()
+	req, _ := http.NewRequest("POST", base+"/v1/sessions", strings.NewReader(`{"message":"slow"}`))
+	req.Header.Set("Idempotency-Key", "slow-key")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var res agent.TurnResult
+	json.NewDecoder(resp.Body).Decode(&res)
+	if resp.StatusCode != 201 || resp.Header.Get("Idempotent-Replayed") != "true" || res.Turn.Status != agent.StatusFailed || !strings.Contains(res.Turn.Result, "shut") {
+		t.Fatalf("the key after the restart: %d %+v; want the first turn's outcome (failed: the server shut down), replayed", resp.StatusCode, res)
 	}
 }

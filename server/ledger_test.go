@@ -3,8 +3,11 @@ package server_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -14,7 +17,9 @@ import (
 	"agentkit/agent"
 	"agentkit/kv"
 	"agentkit/kv/memkv"
+	"agentkit/ledger"
 	"agentkit/model"
+	"agentkit/server"
 )
 
 // holdModel answers "re: {last user message}"; while holding is set, each
@@ -238,7 +243,7 @@ func TestLedgerContinue200OnTheHolder202ElsewhereAndOneMessagePerKey(t *testing.
 func TestLedgerFullInboxIs429TooLargeIs413Unknown404(t *testing.T) {
 	store := memkv.New()
 	ma := newHold(t)
-	a, b := ledgerPair(t, store, ma, newHold(t), agent.LedgerOptions{MaxPending: 1, MaxEventBytes: 1024, RetryAfter: 3 * time.Second})
+	a, b := ledgerPair(t, store, ma, newHold(t), agent.LedgerOptions{Tuning: ledger.Tuning{MaxPending: 1, MaxEventBytes: 1024, RetryAfter: 3 * time.Second}})
 	var s started
 	if code, _ := a.keyed("/v1/sessions", `{"message":"one"}`, "", &s); code != http.StatusCreated {
 		t.Fatalf("start: %d", code)
@@ -304,5 +309,153 @@ func TestLedgerStreamOnAHostNotRunningTheTurn(t *testing.T) {
 	}
 	if !strings.Contains(ev.data, "re: two") {
 		t.Errorf("turn.finished %q", ev.data)
+	}
+}
+
+// heldModel answers "re: {message}"; while held is set, it tells entered
+// and waits at each call: for release when asked about "two", for rest
+// otherwise. It records the messages it was asked about.
+type heldModel struct {
+	held          atomic.Bool
+	entered       chan string
+	release, rest chan struct{}
+	mu            sync.Mutex
+	asked         []string
+}
+
+func (m *heldModel) Name() string { return "held" }
+
+func (m *heldModel) Generate(ctx context.Context, req model.Request) (model.Response, error) {
+	last := req.Messages[len(req.Messages)-1].Content
+	m.mu.Lock()
+	m.asked = append(m.asked, last)
+	m.mu.Unlock()
+	if m.held.Load() {
+		m.entered <- last
+		gate := m.rest
+		if last == "two" {
+			gate = m.release
+		}
+		select {
+		case <-gate:
+		case <-ctx.Done():
+			return model.Response{}, ctx.Err()
+		}
+	}
+	return model.Response{Message: model.Message{Role: model.RoleAssistant, Content: "re: " + last}}, nil
+}
+
+// TestAShuttingDownLedgerHostStartsNoQueuedTurn: a host in serving mode
+// ledger told to shut down while it runs a turn, with another message
+// queued behind it, finishes the running turn and hands the session over
+// with the queued message still queued: it never starts that turn, and
+// another host runs it (docs/ledger.md, failure table).
+func TestAShuttingDownLedgerHostStartsNoQueuedTurn(t *testing.T) {
+	store := memkv.New()
+	m := &heldModel{entered: make(chan string, 4), release: make(chan struct{}), rest: make(chan struct{})}
+	closeRest := sync.OnceFunc(func() { close(m.rest) })
+	defer closeRest()
+	ctx, cancel := context.WithCancel(context.Background())
+	addr := make(chan net.Addr, 1)
+	served := make(chan error, 1)
+	cfg := func(mdl model.Model) agent.Config {
+		return agent.Config{
+			Agent: agent.Agent{Name: "drain", Model: mdl, NoWorkspaceTools: true}, StateRoot: t.TempDir(), Store: store,
+			Serving: agent.ServingLedger, Logger: discardLogger(),
+			Ledger: agent.LedgerOptions{Tuning: ledger.Tuning{Lease: 2 * time.Second, JanitorInterval: 100 * time.Millisecond, FollowInterval: 20 * time.Millisecond}, AllowProcessLocal: true},
+		}
+	}
+	go func() {
+		served <- server.Serve(ctx, cfg(m), server.Config{Addr: "127.0.0.1:0", OnListen: func(a net.Addr) { addr <- a }, Options: server.Options{Logger: discardLogger()}})
+	}()
+	base := "http://" + (<-addr).String()
+	var first agent.TurnResult
+	if st := postJSON(t, base+"/v1/sessions", `{"message":"one"}`, &first); st != 201 {
+		t.Fatalf("start: %d", st)
+	}
+	m.held.Store(true)
+	go postJSON(t, base+"/v1/sessions/continue", fmt.Sprintf(`{"continuationToken":%q,"message":"two"}`, first.ContinuationToken), nil)
+	<-m.entered // turn 2 runs on this host
+	// A third message waits behind it, queued through another host.
+	b, err := agent.Open(context.Background(), cfg(echoModel(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if res, err := b.Continue(context.Background(), agent.ContinueRequest{Token: first.ContinuationToken, Message: "three"}); err != nil || !res.Queued {
+		t.Fatalf("the queued message: %+v %v; want it queued", res, err)
+	}
+	// Another request keeps the server busy through its shutdown: a new
+	// session whose turn waits (on rest) until the end of the test.
+	go postJSON(t, base+"/v1/sessions", `{"message":"busy"}`, nil)
+	<-m.entered
+	cancel() // SIGTERM
+	// The shutdown drains the ledger before it waits for the running
+	// requests; the listener closes after the drain.
+	waitFor(t, func() bool {
+		return postJSON(t, base+"/v1/sessions/continue", fmt.Sprintf(`{"continuationToken":%q,"message":"refused"}`, first.ContinuationToken), nil) == 0
+	})
+	close(m.release) // turn 2 ends and commits
+	// Either the host hands the session over with "three" still queued,
+	// or it starts "three": whichever comes first decides.
+	l, err := ledger.Open(ledger.Options{Store: store, Agent: "drain", Passive: true, AllowProcessLocal: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close(context.Background())
+	waitFor(t, func() bool {
+		m.mu.Lock()
+		asked := slices.Contains(m.asked, "three")
+		m.mu.Unlock()
+		if asked {
+			return true
+		}
+		for s, err := range l.Sessions(context.Background()) {
+			if err == nil && s.ID == first.SessionID && s.CommitSeq == 2 && s.Holder == "" && s.Pending == 1 {
+				return true
+			}
+		}
+		return false
+	})
+	m.mu.Lock()
+	asked := slices.Clone(m.asked)
+	m.mu.Unlock()
+	if slices.Contains(asked, "three") {
+		t.Fatalf("the shutting-down host started the queued turn (it was asked %q)", asked)
+	}
+	closeRest()
+	if err := <-served; err != nil {
+		t.Fatalf("Serve: %v", err)
+	}
+	// The other host takes the session over and runs it.
+	waitFor(t, func() bool {
+		s, err := b.GetSession(context.Background(), first.SessionID)
+		return err == nil && s.Turns == 3
+	})
+}
+
+// postJSON posts body to u and decodes a JSON answer into out; it returns
+// the status (0 when the server is gone).
+func postJSON(t *testing.T, u, body string, out any) int {
+	resp, err := http.Post(u, "application/json", strings.NewReader(body))
+	if err != nil {
+		return 0
+	}
+	defer resp.Body.Close()
+	if out != nil {
+		json.NewDecoder(resp.Body).Decode(out)
+	}
+	return resp.StatusCode
+}
+
+// waitFor waits until ok holds, for at most 30 s.
+func waitFor(t *testing.T, ok func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !ok() {
+		if time.Now().After(deadline) {
+			t.Fatal("the condition did not hold within 30 s")
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }

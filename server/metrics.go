@@ -11,7 +11,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"agentkit/agent"
-	"agentkit/kv"
 )
 
 // Metrics is the Prometheus metrics set of a server. It is the runtime's
@@ -164,7 +163,7 @@ func (m *Metrics) StoreOp(op string, d time.Duration, err error) {
 	m.storeSeconds.WithLabelValues(op).Observe(d.Seconds())
 	result := "ok"
 	switch {
-	case errors.Is(err, kv.ErrNotFound):
+	case errors.Is(err, agent.ErrKeyNotFound):
 		result = "not_found"
 	case err != nil:
 		result = "error"

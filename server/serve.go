@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"agentkit/agent"
-	"agentkit/ledger"
 )
 
 // DefaultAddr is the address Serve listens on when Config.Addr is empty:
@@ -52,7 +51,9 @@ type Config struct {
 	// Addr is the HOST:PORT to listen on; empty means DefaultAddr. Port 0
 	// picks a free port (OnListen reports it).
 	Addr string
-	// Insecure allows a non-loopback Addr without an AuthToken.
+	// Insecure allows a non-loopback Addr without an AuthToken; on every
+	// interface (0.0.0.0, ::, an empty host) only with AllowedHosts
+	// (CheckAllowedHosts).
 	Insecure bool
 	// ShutdownTimeout bounds the wait for running requests (turns) once
 	// the context ends; after it, running turns are canceled and their
@@ -70,7 +71,7 @@ type Config struct {
 }
 
 // Serve runs an agent's HTTP API until ctx ends. It checks the address
-// (CheckAddr) before anything else, binds it, opens the runtime with rc
+// (CheckAddr, CheckAllowedHosts) before anything else, binds it, opens the runtime with rc
 // (adding the metrics set to rc.Observer and, in serving mode ledger, to
 // rc.Ledger.OnDeliver, and defaulting rc.Logger to the Options' logger),
 // and serves. When ctx ends it stops accepting
@@ -89,6 +90,10 @@ func Serve(ctx context.Context, rc agent.Config, c Config) error {
 	if err := CheckAddr(c.Addr, c.AuthToken, c.Insecure); err != nil {
 		return err
 	}
+	if err := CheckAllowedHosts(c.Addr, c.AuthToken, c.AllowedHosts); err != nil {
+		return err
+	}
+	c.listenHost, _, _ = net.SplitHostPort(c.Addr)
 	if c.ShutdownTimeout <= 0 {
 		c.ShutdownTimeout = DefaultShutdownTimeout
 	}
@@ -110,7 +115,7 @@ func Serve(ctx context.Context, rc agent.Config, c Config) error {
 		rc.Logger = c.Logger
 	}
 	if prev := rc.Ledger.OnDeliver; prev != nil {
-		rc.Ledger.OnDeliver = func(d ledger.Delivery, took time.Duration, err error) {
+		rc.Ledger.OnDeliver = func(d agent.LedgerDelivery, took time.Duration, err error) {
 			prev(d, took, err)
 			c.Metrics.LedgerDelivered(d, took, err)
 		}
@@ -163,6 +168,7 @@ func Serve(ctx context.Context, rc agent.Config, c Config) error {
 	case <-ctx.Done():
 		c.Logger.Info("shutting down: finishing running requests", slog.String("timeout", c.ShutdownTimeout.String()))
 	}
+	rt.Drain() // serving mode ledger: no queued message starts on this host now
 	h.Drain()
 	sctx, cancel := context.WithTimeout(context.Background(), c.ShutdownTimeout)
 	defer cancel()
@@ -224,7 +230,11 @@ func CheckAddr(addr, token string, insecure bool) error {
 		where = "every interface"
 	}
 	if token == "" {
-		return fmt.Errorf("%w: %s listens on %s; set --auth-token (or AGENTKIT_AUTH_TOKEN), listen on 127.0.0.1, or pass --insecure to serve it open", ErrInsecure, addr, where)
+		open := "pass --insecure to serve it open"
+		if isWildcardHost(host) {
+			open = "pass --insecure with --allowed-hosts (the names clients use) to serve it open"
+		}
+		return fmt.Errorf("%w: %s listens on %s; set --auth-token (or AGENTKIT_AUTH_TOKEN), listen on 127.0.0.1, or %s", ErrInsecure, addr, where, open)
 	}
 	if len(token) < MinAuthTokenLen {
 		return fmt.Errorf("%w: the token is %d bytes and %s listens on %s; use a random token of at least %d bytes (such as the output of openssl rand -hex 16), or listen on 127.0.0.1", ErrWeakToken, len(token), addr, where, MinAuthTokenLen)

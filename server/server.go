@@ -17,11 +17,13 @@
 //
 // Every error is JSON, {"error": {"code": "...", "message": "..."}}: 400
 // bad input (the message names the field), 401 a missing or wrong bearer
-// token, 404 an unknown route, session, token or reminder, 405 a method a
-// route does not take, 409 a session busy past the request's deadline (or
-// a session's actor state held by another host, or refused in serving mode
-// ledger), 413 a body over the limit, 415 a state write without its media
-// type, 422 a session state that is not a JSON object, 503 the store
+// token, 403 a browser page on an origin the server does not allow, 404 an
+// unknown route, session, token or reminder, 405 a method a route does not
+// take, 409 a session busy past the request's deadline (or a session's
+// actor state held by another host, or refused in serving mode ledger),
+// 413 a body over the limit, 415 a state write without its media type, 421
+// a Host the server does not answer for (Options.AllowedHosts, against DNS
+// rebinding), 422 a session state that is not a JSON object, 503 the store
 // unavailable or the server shutting down. docs/http-api.md lists the
 // routes.
 //
@@ -80,8 +82,22 @@ type Options struct {
 	// to call the /v1/ routes, such as https://chat.example.com (see
 	// CheckOrigins). Empty: none; requests from other origins get 403.
 	CORSOrigins []string
+	// AllowedHosts are the names (and addresses) clients reach the server
+	// by, beyond the loopback names localhost, 127.0.0.1 and [::1], such
+	// as agent.example.com, 192.0.2.10, or .example.com for a domain and
+	// the names under it (see CheckHostNames). Without an AuthToken every
+	// request, on every route, whose Host header names none of them (nor
+	// the address Serve listens on) is answered 421 host_not_allowed: a
+	// page whose name was pointed at this machine (DNS rebinding) would
+	// otherwise be the server's own origin for the browser. With an
+	// AuthToken the Host is checked only when AllowedHosts is set.
+	AllowedHosts []string
 	// Evals tunes the eval runs of POST /v1/evals.
 	Evals EvalOptions
+
+	// listenHost is the host part of the address Serve listens on, which
+	// the Host check accepts too.
+	listenHost string
 }
 
 // Server is the HTTP API of one agent runtime. It is an http.Handler, safe
@@ -95,6 +111,7 @@ type Server struct {
 	tokenHash []byte // sha256 of the token; nil when auth is off
 	evals     *evals.Manager
 	cors      *cors
+	hosts     *hostPolicy
 
 	drainOnce sync.Once
 	draining  chan struct{} // closed by Drain
@@ -125,7 +142,12 @@ func New(rt *agent.Runtime, opts Options) (*Server, error) {
 	if strings.ContainsAny(opts.AuthToken, " \t\r\n") {
 		return nil, errors.New("server: the auth token contains white space; use a token of printable characters without spaces")
 	}
+	hosts, err := newHostPolicy(opts.AllowedHosts, opts.listenHost, opts.AuthToken)
+	if err != nil {
+		return nil, err
+	}
 	s := &Server{
+		hosts:    hosts,
 		rt:       rt,
 		opts:     opts,
 		log:      opts.Logger,
@@ -140,8 +162,8 @@ func New(rt *agent.Runtime, opts Options) (*Server, error) {
 		s.metrics = NewMetrics()
 	}
 	s.metrics.setBuildInfo(opts.Version)
-	if l := rt.Ledger(); l != nil {
-		s.metrics.registerLedger(l)
+	if _, ok := rt.LedgerStats(); ok {
+		s.metrics.registerLedger(rt)
 	}
 	s.metrics.registerABDrops(rt.Binding().DroppedMirrorWrites)
 	if opts.AuthToken != "" {
@@ -177,6 +199,7 @@ func (s *Server) routes() {
 	s.mux.Handle("GET /metrics", s.metrics.Handler())
 	s.mux.HandleFunc("GET /{$}", s.playground)
 	s.mux.Handle("GET /playground/", playgroundAssets())
+	s.mux.HandleFunc("GET /favicon.ico", favicon)
 }
 
 // Drain ends the live event streams and makes /healthz answer 503, while
@@ -210,7 +233,8 @@ func (s *Server) turnContext(r *http.Request) (context.Context, context.CancelFu
 	return ctx, func() { stop(); cancel(nil) }
 }
 
-// ServeHTTP routes a request: auth for /v1/ routes, the route's handler,
+// ServeHTTP routes a request: the Host check (Options.AllowedHosts) on
+// every route, the origin policy and auth for /v1/ routes, the route's handler,
 // JSON errors for unknown routes and methods, and the request's log record
 // and metrics.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -226,6 +250,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if route == "" {
 		route = "unmatched"
 	}
+	refusedHost := false
 	defer func() {
 		if p := recover(); p != nil {
 			if p == http.ErrAbortHandler {
@@ -236,27 +261,52 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				writeError(rw, http.StatusInternalServerError, CodeInternal, "internal error; the server log has the details (request id "+reqID+")")
 			}
 		}
-		d := time.Since(start)
 		status := rw.status
 		if status == 0 {
 			status = http.StatusOK
 		}
-		s.metrics.httpRequest(route, status, d)
+		// What the client got: an answer still in the connection's
+		// buffer when the connection was closed under it (a shutdown
+		// past its timeout, a client gone) reached no one.
+		sent, undelivered := status, rw.flush()
+		if undelivered != nil {
+			sent = 0
+		}
+		d := time.Since(start)
+		s.metrics.httpRequest(route, sent, d)
 		level := slog.LevelInfo
-		if pattern == "GET /healthz" || pattern == "GET /metrics" {
+		if (pattern == "GET /healthz" || pattern == "GET /metrics") && !refusedHost {
 			level = slog.LevelDebug // probes and scrapes would drown the log
 		}
-		s.log.LogAttrs(r.Context(), level, "http request",
+		attrs := []slog.Attr{
 			slog.String("method", r.Method),
 			slog.String("route", route),
 			slog.String("path", r.URL.Path),
-			slog.Int("status", status),
+			slog.Int("status", sent),
 			slog.Int64("bytes", rw.bytes),
 			slog.Float64("durationMs", float64(d.Microseconds())/1000),
 			slog.String("remote", r.RemoteAddr),
 			slog.String("requestId", reqID),
-		)
+		}
+		if refusedHost { // the name an operator may mean to allow
+			attrs = append(attrs, slog.String("host", clipHost(r.Host)))
+		}
+		msg := "http request"
+		if undelivered != nil {
+			// status 0: nothing reached the client; the answer it was due.
+			msg = "http request: the answer did not reach the client"
+			attrs = append(attrs, slog.Int("answer", status), slog.String("error", undelivered.Error()))
+			if r.Method != http.MethodGet { // a reader that hung up is no news
+				level = slog.LevelWarn
+			}
+		}
+		s.log.LogAttrs(r.Context(), level, msg, attrs...)
 	}()
+	if !s.hosts.allows(r) {
+		refusedHost = true
+		s.hosts.refuse(rw, r)
+		return
+	}
 	if s.handleCORS(rw, r) {
 		return
 	}
@@ -337,7 +387,7 @@ type infoResponse struct {
 }
 
 // ledgerInfo is the "ledger" object of GET /v1/info: the lease and inbox
-// settings in force (ledger.Settings), durations in milliseconds.
+// settings in force (agent.LedgerSettings), durations in milliseconds.
 type ledgerInfo struct {
 	LeaseMs           int64   `json:"leaseMs"`
 	MarginMs          int64   `json:"marginMs"`
@@ -349,17 +399,22 @@ type ledgerInfo struct {
 	MaxEventBytes     int     `json:"maxEventBytes"`
 	DedupWindow       int     `json:"dedupWindow"`
 	RetryAfterMs      int64   `json:"retryAfterMs"`
+	// The keys of keyed messages past the window: how long they are kept,
+	// the clock skew allowed for, and the most a session keeps.
+	IdempotencyWindowMs int64 `json:"idempotencyWindowMs"`
+	ClockSkewMs         int64 `json:"clockSkewMs"`
+	MaxKeys             int   `json:"maxKeys"`
 }
 
 func (s *Server) info(w http.ResponseWriter, r *http.Request) {
 	resp := infoResponse{Info: s.rt.Info(), Version: s.opts.Version}
-	if l := s.rt.Ledger(); l != nil {
-		st := l.Settings()
+	if st, ok := s.rt.LedgerSettings(); ok {
 		resp.Ledger = &ledgerInfo{
 			LeaseMs: st.Lease.Milliseconds(), MarginMs: st.Margin.Milliseconds(), DriftAllowance: st.DriftAllowance,
 			JanitorIntervalMs: st.JanitorInterval.Milliseconds(), MaxAttempts: st.MaxAttempts, MaxPending: st.MaxPending,
 			MaxPendingBytes: st.MaxPendingBytes, MaxEventBytes: st.MaxEventBytes, DedupWindow: st.DedupWindow,
-			RetryAfterMs: st.RetryAfter.Milliseconds(),
+			RetryAfterMs:        st.RetryAfter.Milliseconds(),
+			IdempotencyWindowMs: st.IdempotencyWindow.Milliseconds(), ClockSkewMs: st.ClockSkew.Milliseconds(), MaxKeys: st.MaxKeys,
 		}
 	}
 	writeJSON(w, http.StatusOK, resp)
@@ -384,6 +439,7 @@ type responseWriter struct {
 	status      int
 	bytes       int64
 	wroteHeader bool
+	writeErr    error // the first write that failed
 }
 
 func (w *responseWriter) WriteHeader(code int) {
@@ -399,12 +455,31 @@ func (w *responseWriter) Write(b []byte) (int, error) {
 	}
 	n, err := w.ResponseWriter.Write(b)
 	w.bytes += int64(n)
+	if err != nil && w.writeErr == nil {
+		w.writeErr = err
+	}
 	return n, err
 }
 
 // Unwrap lets http.ResponseController reach the connection (Flush, write
 // deadlines).
 func (w *responseWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// flush sends what the answer left buffered and reports whether the
+// client's connection took it (nil), or the error of the write that
+// failed: an earlier one, or the flush's.
+func (w *responseWriter) flush() error {
+	if w.writeErr != nil {
+		return w.writeErr
+	}
+	if !w.wroteHeader {
+		return nil
+	}
+	if err := http.NewResponseController(w.ResponseWriter).Flush(); err != nil && !errors.Is(err, http.ErrNotSupported) {
+		return err
+	}
+	return nil
+}
 
 // statusProbe captures the status and headers the mux's fallback handler
 // would send, and drops its plain-text body.

@@ -2,6 +2,9 @@ package server
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"math"
 	"net/http"
 	"strconv"
 	"sync"
@@ -24,9 +27,11 @@ type continueBody struct {
 	ContinuationToken string            `json:"continuationToken"`
 	Message           string            `json:"message"`
 	WorkspaceFiles    map[string]string `json:"workspaceFiles"`
+	// IfLastSeq is the follow-up's precondition (agent.ContinueRequest).
+	IfLastSeq int64 `json:"ifLastSeq"`
 }
 
-const continueFields = "continuationToken, message and workspaceFiles"
+const continueFields = "continuationToken, message, workspaceFiles and ifLastSeq"
 
 func (s *Server) startSession(w http.ResponseWriter, r *http.Request) {
 	var b startBody
@@ -60,7 +65,7 @@ func (s *Server) continueSession(w http.ResponseWriter, r *http.Request) {
 	// NoWait: a session busy with another turn is 409 at once. A client
 	// that waited would have given up and retried by the time the turn
 	// ran, and the retry would run it twice.
-	req := agent.ContinueRequest{Token: b.ContinuationToken, Message: b.Message, WorkspaceFiles: b.WorkspaceFiles, IdempotencyKey: key, NoWait: true}
+	req := agent.ContinueRequest{Token: b.ContinuationToken, Message: b.Message, WorkspaceFiles: b.WorkspaceFiles, IdempotencyKey: key, NoWait: true, IfLastSeq: b.IfLastSeq}
 	s.runTurn(w, r, http.StatusOK, func(ctx context.Context, onEvent func(agent.Event)) (agent.TurnResult, error) {
 		req.OnEvent = onEvent
 		return s.rt.Continue(ctx, req)
@@ -355,17 +360,31 @@ func eventParams(r *http.Request) (after, limit int64, err error) {
 	return after, limit, err
 }
 
+// intParam reads an integer query parameter: after, an event sequence
+// number (0 or more), or limit, a page size (1 to agent.MaxPageSize). An
+// absent one is 0. A number outside the range, however many digits it
+// has, is called out of range and the range is named; anything else is not
+// a whole number.
 func intParam(r *http.Request, name string) (int64, error) {
 	v := r.URL.Query().Get(name)
 	if v == "" {
 		return 0, nil
 	}
-	n, err := strconv.ParseInt(v, 10, 64)
-	if err != nil || n < 0 {
-		return 0, badBody("%s: %q is not a whole number of zero or more", name, v)
+	lo, hi, absent := int64(0), int64(math.MaxInt64), ""
+	if name == "limit" {
+		lo, hi, absent = 1, agent.MaxPageSize, fmt.Sprintf(", or leave it out for %d", agent.DefaultPageSize)
 	}
-	if name == "limit" && (n < 1 || n > agent.MaxPageSize) {
-		return 0, badBody("limit: %d is out of range; use 1 to %d, or leave it out for %d", n, agent.MaxPageSize, agent.DefaultPageSize)
+	shown := v
+	if len(shown) > 24 {
+		shown = shown[:20] + "…"
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	var ne *strconv.NumError
+	if errors.As(err, &ne) && ne.Err == strconv.ErrRange || err == nil && (n < lo || n > hi) {
+		return 0, badBody("%s: %s is out of range; use %d to %d%s", name, shown, lo, hi, absent)
+	}
+	if err != nil {
+		return 0, badBody("%s: %q is not a whole number; use one from %d to %d%s", name, shown, lo, hi, absent)
 	}
 	return n, nil
 }

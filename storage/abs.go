@@ -9,6 +9,7 @@ import (
 
 	"agentkit/keys"
 	"agentkit/kv"
+	"agentkit/record"
 )
 
 // ABSample is one cumulative metric sample of one session in one
@@ -134,7 +135,7 @@ func (d derivedABs) PutSample(ctx context.Context, s ABSample) error {
 		return fmt.Errorf("storage: %w", err)
 	}
 	s.At = s.At.UTC().Truncate(time.Millisecond)
-	data, err := MarshalRecord(KindABSample, s)
+	data, err := record.Marshal(KindABSample, s)
 	if err != nil {
 		return err
 	}
@@ -146,7 +147,7 @@ func (d derivedABs) PutSnapshot(ctx context.Context, agent string, snapshot json
 	if err != nil {
 		return err
 	}
-	data, err := MarshalRecord(KindABSnapshot, snapshotRecord{Agent: agent, Snapshot: snapshot})
+	data, err := record.Marshal(KindABSnapshot, snapshotRecord{Agent: agent, Snapshot: snapshot})
 	if err != nil {
 		return err
 	}
@@ -163,7 +164,7 @@ func (d derivedABs) GetSnapshot(ctx context.Context, agent string) (json.RawMess
 		return nil, err
 	}
 	var rec snapshotRecord
-	if _, err := UnmarshalRecord(KindABSnapshot, key, data, &rec); err != nil {
+	if _, err := record.Unmarshal(KindABSnapshot, key, data, &rec); err != nil {
 		return nil, err
 	}
 	return rec.Snapshot, nil

@@ -9,8 +9,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"agentkit/kv"
+	"agentkit/record"
 )
 
 // DefaultPartSize is the largest value the record layer writes in one key
@@ -58,7 +60,9 @@ type batchRecord struct {
 	SHA256 string `json:"sha256,omitempty"`
 }
 
-func (r batchRecord) formatVersion() int {
+// RecordVersion is 2 for a batch stored in parts, which a version-1
+// reader would take for an empty batch.
+func (r batchRecord) RecordVersion() int {
 	if r.Parts > 0 {
 		return 2
 	}
@@ -93,7 +97,7 @@ func (s *Sessions) batchOps(b Batch) ([]kv.BatchOp, error) {
 		return nil, err
 	}
 	rec := batchRecord{Batch: b}
-	data, err := MarshalRecord(KindEventBatch, rec)
+	data, err := record.Marshal(KindEventBatch, rec)
 	if err != nil {
 		return nil, err
 	}
@@ -114,7 +118,7 @@ func (s *Sessions) batchOps(b Batch) ([]kv.BatchOp, error) {
 			}
 			ops = append(ops, kv.BatchOp{Kind: kv.BatchPut, Key: pk, Value: events[off:min(off+size, len(events))]})
 		}
-		if data, err = MarshalRecord(KindEventBatch, rec); err != nil {
+		if data, err = record.Marshal(KindEventBatch, rec); err != nil {
 			return nil, err
 		}
 	}
@@ -167,7 +171,7 @@ func (s *Sessions) readBatchRecord(ctx context.Context, id string, n int64) (bat
 		return batchRecord{}, 0, err
 	}
 	var rec batchRecord
-	if _, err := UnmarshalRecord(KindEventBatch, k, data, &rec); err != nil {
+	if _, err := record.Unmarshal(KindEventBatch, k, data, &rec); err != nil {
 		return batchRecord{}, int64(len(data)), err
 	}
 	if rec.SessionID != id || rec.Number != n {
@@ -278,6 +282,9 @@ func (s *Sessions) Load(ctx context.Context, id string, base BatchRef) (Loaded, 
 		return l, err
 	case h.Deleted:
 		return l, fmt.Errorf("%w: %s", ErrSessionDeleted, id)
+	case h.Moved != nil:
+		l.Head = h
+		return l, fmt.Errorf("%w: %s (by host %s, %s)", ErrSessionMoved, id, h.Moved.Host, h.Moved.At.Format(time.RFC3339))
 	}
 	l.Head = h
 	if h.Tip().matches(base) {

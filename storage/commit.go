@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 
+	"agentkit/keys"
 	"agentkit/kv"
+	"agentkit/record"
 )
 
 // maxSkip bounds how many taken batch numbers Commit steps over (batches
@@ -57,9 +59,9 @@ type Copies struct {
 	// PrevIndexKey is the session-index entry the session's last commit
 	// wrote; it is removed when the new entry's key differs ("" for none).
 	PrevIndexKey string
-	// Token is the continuation token to record (continuations/{token}),
-	// or "" when the store has it already.
-	Token string
+	// TokenDigest is the digest of the continuation token to record
+	// (continuations/{digest}), or "" when the store has it already.
+	TokenDigest string
 }
 
 // KnownHead is a session head with its version, as a host last saw it.
@@ -84,6 +86,8 @@ const (
 	Behind
 	// Deleted: the session's head is a tombstone.
 	Deleted
+	// Moved: the session's head is marked moved to the session ledger.
+	Moved
 )
 
 // String names the outcome.
@@ -95,6 +99,8 @@ func (o Outcome) String() string {
 		return "behind"
 	case Deleted:
 		return "deleted"
+	case Moved:
+		return "moved"
 	}
 	return fmt.Sprintf("Outcome(%d)", int(o))
 }
@@ -190,6 +196,8 @@ func (s *Sessions) Commit(ctx context.Context, req CommitRequest) (CommitResult,
 		return CommitResult{}, err
 	case h.Deleted:
 		return CommitResult{Outcome: Deleted, Head: h}, nil
+	case h.Moved != nil:
+		return CommitResult{Outcome: Moved, Head: h}, nil
 	case h.BatchID == req.BatchID:
 		// An earlier attempt of this request landed.
 		return CommitResult{Outcome: Committed, Batch: h.Tip(), Head: h}, nil
@@ -222,27 +230,7 @@ func (s *Sessions) Commit(ctx context.Context, req CommitRequest) (CommitResult,
 	}
 	// Lost the head, or won it with an earlier attempt whose answer was
 	// lost: look again, and never report a conflict for an own success.
-	h, _, err = s.ReadHead(ctx, id)
-	if err != nil {
-		return CommitResult{}, err
-	}
-	if h.BatchID == req.BatchID {
-		return CommitResult{Outcome: Committed, Batch: h.Tip(), Head: h}, nil
-	}
-	if !h.Deleted {
-		ok, err := s.chainHas(ctx, id, h.Tip(), n, req.BatchID)
-		if err != nil {
-			return CommitResult{}, err
-		}
-		if ok {
-			return CommitResult{Outcome: Committed, Batch: BatchRef{Number: n, ID: req.BatchID}, Head: h}, nil
-		}
-	}
-	s.deleteBatch(ctx, id, n, req.BatchID)
-	if h.Deleted {
-		return CommitResult{Outcome: Deleted, Head: h}, nil
-	}
-	return CommitResult{Outcome: Behind, Head: h}, nil
+	return s.lostHead(ctx, req, n, true)
 }
 
 // placeBatch writes the request's batch at the first free number after the
@@ -429,7 +417,8 @@ func (s *Sessions) headOp(h Head, ver kv.Version) (kv.BatchOp, error) {
 	if err != nil {
 		return kv.BatchOp{}, err
 	}
-	data, err := MarshalRecord(KindSessionHead, h)
+	h.SessionMeta = h.SessionMeta.stored()
+	data, err := record.Marshal(KindSessionHead, h)
 	if err != nil {
 		return kv.BatchOp{}, err
 	}
@@ -451,7 +440,7 @@ func (s *Sessions) copyOps(m SessionMeta, c Copies) ([]kv.BatchOp, string, error
 	if err != nil {
 		return nil, "", err
 	}
-	data, err := MarshalRecord(KindSessionMeta, m)
+	data, err := record.Marshal(KindSessionMeta, m.stored())
 	if err != nil {
 		return nil, "", err
 	}
@@ -462,12 +451,15 @@ func (s *Sessions) copyOps(m SessionMeta, c Copies) ([]kv.BatchOp, string, error
 	if c.PrevIndexKey != "" && c.PrevIndexKey != indexKey {
 		ops = append(ops, kv.BatchOp{Kind: kv.BatchDelete, Key: c.PrevIndexKey})
 	}
-	if c.Token != "" {
-		tk, err := key(s.a.keys.Continuation(c.Token))
+	if c.TokenDigest != "" {
+		if !keys.IsTokenDigest(c.TokenDigest) {
+			return nil, "", fmt.Errorf("storage: Copies.TokenDigest is not a token digest (keys.TokenDigest)")
+		}
+		tk, err := key(s.a.keys.Continuation(c.TokenDigest))
 		if err != nil {
 			return nil, "", err
 		}
-		rec, err := MarshalRecord(KindContinuation, continuationRecord{SessionID: m.ID})
+		rec, err := record.Marshal(KindContinuation, continuationRecord{SessionID: m.ID})
 		if err != nil {
 			return nil, "", err
 		}

@@ -14,9 +14,11 @@ import (
 	"time"
 
 	"agentkit/internal/testenv/pgtest"
+	"agentkit/keys"
 	"agentkit/kv"
 	"agentkit/kv/memkv"
 	_ "agentkit/kv/pgkv"
+	"agentkit/record"
 	"agentkit/storage"
 )
 
@@ -225,7 +227,7 @@ func events(who string, from, to int64) []json.RawMessage {
 func request(h *host, id string, base storage.BatchRef, baseSeq int64, n int64) storage.CommitRequest {
 	return storage.CommitRequest{
 		Writer: h.name, Base: base, BatchID: storage.NewBatchID(),
-		Meta:   storage.SessionMeta{ID: id, ChannelID: "http", LastSeq: baseSeq + n, ContinuationToken: "tok-" + id, UpdatedAt: time.Unix(1700000000+baseSeq+n, 0).UTC()},
+		Meta:   storage.SessionMeta{ID: id, ChannelID: "http", LastSeq: baseSeq + n, TokenDigest: keys.TokenDigest("tok-" + id), UpdatedAt: time.Unix(1700000000+baseSeq+n, 0).UTC()},
 		Events: events(h.name, baseSeq+1, baseSeq+n),
 	}
 }
@@ -617,7 +619,7 @@ func TestDeleteLeavesATombstoneEveryWriterHonours(t *testing.T) {
 		id := "s-" + storage.NewBatchID()[:8]
 		a, b := newHost(t, shared(), "A"), newHost(t, shared(), "B")
 		r1 := commit(t, a, request(a, id, storage.BatchRef{}, 0, 1))
-		if err := a.s.PutToken(ctx, "tok-"+id, id); err != nil {
+		if err := a.s.PutToken(ctx, keys.TokenDigest("tok-"+id), id); err != nil {
 			t.Fatal(err)
 		}
 		if err := a.s.PutMeta(ctx, r1.Head.SessionMeta); err != nil {
@@ -678,7 +680,7 @@ func TestUnlinkedBatchesAreSkipped(t *testing.T) {
 	r1 := commit(t, a, request(a, "s1", storage.BatchRef{}, 0, 1))
 	// A host died after writing batch 2 and before the head.
 	dead := storage.Batch{SessionID: "s1", Number: 2, ID: "dead", Prev: 1, PrevID: r1.Batch.ID, Events: events("dead", 2, 2)}
-	data, _ := storage.MarshalRecord(storage.KindEventBatch, dead)
+	data, _ := record.Marshal(storage.KindEventBatch, dead)
 	if err := db.Put(ctx, "agentkit/v1/a/sessions/s1/events/00000000000000000002", data); err != nil {
 		t.Fatal(err)
 	}
@@ -800,7 +802,7 @@ func TestNewerRecordsAreRefused(t *testing.T) {
 	ctx := context.Background()
 	db := memkv.New()
 	a := newHost(t, db, "A")
-	db.Put(ctx, "agentkit/v1/a/sessions/s1/head", []byte(`{"v":2,"id":"s1"}`))
+	db.Put(ctx, "agentkit/v1/a/sessions/s1/head", []byte(`{"v":4,"id":"s1"}`)) // newer than this build's 3
 	if _, err := a.s.Load(ctx, "s1", storage.BatchRef{}); !errors.Is(err, storage.ErrNewerFormat) || !strings.Contains(err.Error(), "upgrade agentkit") {
 		t.Errorf("a newer head: %v", err)
 	}
@@ -849,7 +851,7 @@ func TestCopiesAreWrittenExactlyWithTheHead(t *testing.T) {
 		id := "s-" + storage.NewBatchID()[:8]
 		a, b := newHost(t, shared(), "A"), newHost(t, shared(), "B")
 		req := request(a, id, storage.BatchRef{}, 0, 1)
-		req.Copies = &storage.Copies{Token: "tok-" + id}
+		req.Copies = &storage.Copies{TokenDigest: keys.TokenDigest("tok-" + id)}
 		r1 := commit(t, a, req)
 		if r1.Copied != batchMode {
 			t.Fatalf("Copied %v on a store with batch capability %v", r1.Copied, batchMode)

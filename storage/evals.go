@@ -12,6 +12,7 @@ import (
 
 	"agentkit/keys"
 	"agentkit/kv"
+	"agentkit/record"
 )
 
 // EvalRun is one stored eval-run snapshot. The snapshot's content (status,
@@ -83,7 +84,7 @@ func (d derivedEvals) PutRun(ctx context.Context, run EvalRun) error {
 	if err != nil {
 		return err
 	}
-	data, err := MarshalRecord(KindEvalRun, run)
+	data, err := record.Marshal(KindEvalRun, run)
 	if err != nil {
 		return err
 	}
@@ -111,7 +112,7 @@ func (d derivedEvals) ListRuns(ctx context.Context, agent string) iter.Seq2[Eval
 				return
 			}
 			var rec EvalRun
-			if _, err := UnmarshalRecord(KindEvalRun, e.Key, e.Value, &rec); err != nil {
+			if _, err := record.Unmarshal(KindEvalRun, e.Key, e.Value, &rec); err != nil {
 				yield(EvalRun{}, err)
 				return
 			}

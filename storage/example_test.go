@@ -115,10 +115,25 @@ func ExampleBinding_RequireCoordination() {
 	plain.CAS = kv.CASFuncsOf(memkv.NewStore())
 	b, _ = storage.Define(storage.Config{Backend: plain, Name: "files"})
 	fmt.Println(errors.Is(b.RequireCoordination(), storage.ErrSplitCAS))
+
+	// So is another store's CAS group that does not say where it keeps its
+	// data: the start-up probe writes through each half and reads through
+	// the other.
+	other := memkv.NewStore()
+	plain.CAS = kv.CASFuncs{GetWithVersion: other.GetWithVersion, PutIfAbsent: other.PutIfAbsent, PutIfVersion: other.PutIfVersion, ListKeys: other.ListKeys}
+	b, _ = storage.Define(storage.Config{Backend: plain, Name: "files"})
+	fmt.Println(errors.Is(b.RequireCoordination(), storage.ErrSplitCAS))
+
+	// The CAS group of the store the plain methods use passes.
+	plain.CAS = kv.CASFuncs{GetWithVersion: durable.GetWithVersion, PutIfAbsent: durable.PutIfAbsent, PutIfVersion: durable.PutIfVersion, ListKeys: durable.ListKeys}
+	b, _ = storage.Define(storage.Config{Backend: plain, Name: "files"})
+	fmt.Println(b.RequireCoordination())
 	// Output:
 	// <nil>
 	// true
 	// true
+	// true
+	// <nil>
 }
 
 func ExampleHostKV() {

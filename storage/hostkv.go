@@ -9,6 +9,7 @@ import (
 
 	"agentkit/keys"
 	"agentkit/kv"
+	"agentkit/record"
 )
 
 // HostKV is the key-value space handlers keep their own JSON in. An author
@@ -56,7 +57,7 @@ func (h *HostKV) Put(ctx context.Context, key string, value any) error {
 	if err != nil {
 		return fmt.Errorf("storage: host KV put %q: the value does not encode as JSON: %w", key, err)
 	}
-	data, err := MarshalRecord(KindHostKV, hostRecord{Key: key, Value: doc})
+	data, err := record.Marshal(KindHostKV, hostRecord{Key: key, Value: doc})
 	if err != nil {
 		return err
 	}
@@ -78,7 +79,7 @@ func (h *HostKV) Get(ctx context.Context, key string) (json.RawMessage, error) {
 		return nil, err
 	}
 	var rec hostRecord
-	if _, err := UnmarshalRecord(KindHostKV, k, data, &rec); err != nil {
+	if _, err := record.Unmarshal(KindHostKV, k, data, &rec); err != nil {
 		return nil, err
 	}
 	if rec.Key != key {
@@ -139,7 +140,7 @@ func (h *HostKV) yieldEntry(e kv.Entry, err error, prefix string, yield func(Hos
 		return false
 	}
 	var rec hostRecord
-	if _, err := UnmarshalRecord(KindHostKV, e.Key, e.Value, &rec); err != nil {
+	if _, err := record.Unmarshal(KindHostKV, e.Key, e.Value, &rec); err != nil {
 		yield(HostEntry{}, err)
 		return false
 	}

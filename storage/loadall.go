@@ -13,6 +13,7 @@ import (
 
 	"agentkit/keys"
 	"agentkit/kv"
+	"agentkit/record"
 )
 
 // LoadAll reads a whole session, as Load(ctx, id, BatchRef{}) does, with
@@ -65,7 +66,7 @@ func (s *Sessions) LoadAll(ctx context.Context, id string) (Loaded, error) {
 		return l, err
 	}
 	var h Head
-	if _, err := UnmarshalRecord(KindSessionHead, hk, head, &h); err != nil {
+	if _, err := record.Unmarshal(KindSessionHead, hk, head, &h); err != nil {
 		return l, err
 	}
 	if h.ID != id {
@@ -122,7 +123,7 @@ func (lb *listedBatches) batch(ctx context.Context, n int64) (Batch, error) {
 		return Batch{}, err
 	}
 	var rec batchRecord
-	if _, err := UnmarshalRecord(KindEventBatch, k, data, &rec); err != nil {
+	if _, err := record.Unmarshal(KindEventBatch, k, data, &rec); err != nil {
 		return Batch{}, err
 	}
 	if rec.SessionID != lb.id || rec.Number != n {
@@ -166,7 +167,7 @@ func (lb *listedBatches) legacy(ctx context.Context, meta []byte) (Loaded, error
 		return l, err
 	}
 	var m SessionMeta
-	if _, err := UnmarshalRecord(KindSessionMeta, k, meta, &m); err != nil {
+	if _, err := record.Unmarshal(KindSessionMeta, k, meta, &m); err != nil {
 		return l, err
 	}
 	if m.ID != lb.id {

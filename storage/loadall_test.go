@@ -12,6 +12,7 @@ import (
 
 	"agentkit/kv"
 	"agentkit/kv/memkv"
+	"agentkit/record"
 	"agentkit/storage"
 )
 
@@ -40,7 +41,7 @@ func TestLoadAllReadsWhatLoadReads(t *testing.T) {
 		}
 		base = res.Batch
 		if i == 1 {
-			dead, _ := storage.MarshalRecord(storage.KindEventBatch, storage.Batch{SessionID: "chained", Number: base.Number + 1, ID: "dead", Prev: base.Number, PrevID: base.ID, Events: []json.RawMessage{json.RawMessage(`{"seq":3,"by":"dead"}`)}})
+			dead, _ := record.Marshal(storage.KindEventBatch, storage.Batch{SessionID: "chained", Number: base.Number + 1, ID: "dead", Prev: base.Number, PrevID: base.ID, Events: []json.RawMessage{json.RawMessage(`{"seq":3,"by":"dead"}`)}})
 			put(fmt.Sprintf("chained/events/%020d", base.Number+1), string(dead))
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"agentkit/kv"
+	"agentkit/record"
 )
 
 // ReminderState is where a reminder is in its life.
@@ -111,14 +112,14 @@ func (t *Reminders) encode(r Reminder) (string, []byte, error) {
 	if err != nil {
 		return "", nil, err
 	}
-	data, err := MarshalRecord(KindReminder, r)
+	data, err := record.Marshal(KindReminder, r)
 	return k, data, err
 }
 
 // decode reads a stored reminder and checks it belongs at k.
 func (t *Reminders) decode(k string, data []byte) (Reminder, error) {
 	var r Reminder
-	if _, err := UnmarshalRecord(KindReminder, k, data, &r); err != nil {
+	if _, err := record.Unmarshal(KindReminder, k, data, &r); err != nil {
 		return Reminder{}, err
 	}
 	if err := r.Check(); err != nil {

@@ -9,11 +9,26 @@ import (
 
 	"agentkit/keys"
 	"agentkit/kv"
+	"agentkit/record"
 )
 
 // ErrSessionDeleted means the session's head is a tombstone: the session
 // was deleted (on this host or another), and nothing may bring it back.
 var ErrSessionDeleted = errors.New("storage: the session was deleted")
+
+// ErrSessionMoved means the session's head is marked moved to the session
+// ledger (Head.Moved): a host of serving mode ledger adopted it, and it is
+// served there now. A host of serving mode local neither runs nor commits
+// a turn of it.
+var ErrSessionMoved = errors.New("storage: the session moved to serving mode ledger")
+
+// MovedMark is the mark a head carries once the session moved to the
+// session ledger: where, when and by which host.
+type MovedMark struct {
+	To   string    `json:"to"`
+	At   time.Time `json:"at"`
+	Host string    `json:"host"`
+}
 
 // SessionMeta is a session's metadata as the store keeps it: the value of
 // sessions/{id}/meta and of the session's index entry, and the body of its
@@ -39,9 +54,40 @@ type SessionMeta struct {
 	// may skip a batch a host wrote and then lost the head with; readers
 	// follow the batches' links from the head, never the numbers.
 	Batches int64 `json:"batches"`
-	// ContinuationToken is the session's token, so a restored session
-	// answers its token without another read. Empty in a tombstone.
-	ContinuationToken string `json:"continuationToken"`
+	// TokenDigest is the digest (keys.TokenDigest) of the session's first
+	// continuation token, so a host that restores the session resolves the
+	// token without another read. The token itself is never stored. Empty
+	// in a tombstone.
+	TokenDigest string `json:"tokenDigest,omitempty"`
+	// LegacyToken is the plain token a record of an earlier build carries
+	// ("continuationToken"): read, for its digest, and never written (the
+	// record layer clears it on every write).
+	LegacyToken string `json:"continuationToken,omitempty"`
+}
+
+// Digest returns the digest of the session's token: TokenDigest, or the
+// digest of the plain token an earlier build's record carries.
+func (m SessionMeta) Digest() string {
+	if m.TokenDigest == "" && m.LegacyToken != "" {
+		return keys.TokenDigest(m.LegacyToken)
+	}
+	return m.TokenDigest
+}
+
+// stored returns m as it is written: the digest in place of a plain
+// token.
+func (m SessionMeta) stored() SessionMeta {
+	m.TokenDigest, m.LegacyToken = m.Digest(), ""
+	return m
+}
+
+// RecordVersion is 2 for metadata that carries a token digest: a reader
+// of version 1 would take the missing plain token for none.
+func (m SessionMeta) RecordVersion() int {
+	if m.TokenDigest != "" {
+		return 2
+	}
+	return 1
 }
 
 // Head is a session's head: its metadata, the last batch, who wrote it,
@@ -60,6 +106,19 @@ type Head struct {
 	// UpdatedAt by Writer. A tombstone stays, so that no host's later
 	// write brings the session back.
 	Deleted bool `json:"deleted,omitempty"`
+	// Moved marks a session that moved to the session ledger (MarkMoved):
+	// its batches stay, for the ledger's adoption to read, and every
+	// commit of serving mode local is refused (Outcome Moved).
+	Moved *MovedMark `json:"moved,omitempty"`
+}
+
+// RecordVersion is 3 for a head marked moved (a reader of version 2 would
+// go on committing to it), else the metadata's.
+func (h Head) RecordVersion() int {
+	if h.Moved != nil {
+		return 3
+	}
+	return h.SessionMeta.RecordVersion()
 }
 
 // Tip returns the batch the head names.
@@ -153,7 +212,7 @@ func (s *Sessions) readHead(ctx context.Context, id string) (Head, kv.Version, i
 	}
 	n := int64(len(data))
 	var h Head
-	if _, err := UnmarshalRecord(KindSessionHead, k, data, &h); err != nil {
+	if _, err := record.Unmarshal(KindSessionHead, k, data, &h); err != nil {
 		return Head{}, "", n, err
 	}
 	if h.ID != id {
@@ -170,7 +229,8 @@ func (s *Sessions) putHead(ctx context.Context, h Head, expected kv.Version) (kv
 	if err != nil {
 		return "", err
 	}
-	data, err := MarshalRecord(KindSessionHead, h)
+	h.SessionMeta = h.SessionMeta.stored()
+	data, err := record.Marshal(KindSessionHead, h)
 	if err != nil {
 		return "", err
 	}
@@ -199,7 +259,7 @@ func (s *Sessions) ReadMeta(ctx context.Context, id string) (SessionMeta, int64,
 		return SessionMeta{}, 0, err
 	}
 	var m SessionMeta
-	if _, err := UnmarshalRecord(KindSessionMeta, k, data, &m); err != nil {
+	if _, err := record.Unmarshal(KindSessionMeta, k, data, &m); err != nil {
 		return SessionMeta{}, int64(len(data)), err
 	}
 	if m.ID != id {
@@ -216,7 +276,7 @@ func (s *Sessions) PutMeta(ctx context.Context, m SessionMeta) error {
 	if err != nil {
 		return err
 	}
-	data, err := MarshalRecord(KindSessionMeta, m)
+	data, err := record.Marshal(KindSessionMeta, m.stored())
 	if err != nil {
 		return err
 	}
@@ -231,7 +291,7 @@ func (s *Sessions) PutIndex(ctx context.Context, m SessionMeta) (string, error) 
 	if err != nil {
 		return "", err
 	}
-	data, err := MarshalRecord(KindSessionMeta, m)
+	data, err := record.Marshal(KindSessionMeta, m.stored())
 	if err != nil {
 		return "", err
 	}
@@ -294,7 +354,7 @@ func (s *Sessions) ListIndex(ctx context.Context) iter.Seq2[IndexEntry, error] {
 				continue
 			}
 			var m SessionMeta
-			_, err := UnmarshalRecord(KindSessionMeta, e.Key, e.Value, &m)
+			_, err := record.Unmarshal(KindSessionMeta, e.Key, e.Value, &m)
 			if err == nil {
 				if want, _ := keys.Segment(m.ID); want != seg {
 					err = fmt.Errorf("%w: the session-index entry %q names session %q", ErrBadRecord, e.Key, m.ID)
@@ -307,43 +367,59 @@ func (s *Sessions) ListIndex(ctx context.Context) iter.Seq2[IndexEntry, error] {
 	}
 }
 
-// continuationRecord is the value of continuations/{token}.
+// continuationRecord is the value of continuations/{digest}.
 type continuationRecord struct {
 	SessionID string `json:"sessionId"`
 }
 
-// PutToken writes continuations/{token}, naming the session, so any host
-// can resolve the token. Its error is returned (with the token redacted).
-func (s *Sessions) PutToken(ctx context.Context, token, sessionID string) error {
-	k, err := key(s.a.keys.Continuation(token))
+// PutToken writes continuations/{digest}, naming the session, so any host
+// can resolve the token whose digest (keys.TokenDigest) it is. Its error
+// is returned.
+func (s *Sessions) PutToken(ctx context.Context, digest, sessionID string) error {
+	if !keys.IsTokenDigest(digest) {
+		return fmt.Errorf("storage: PutToken takes the token's digest (keys.TokenDigest), not the token")
+	}
+	k, err := key(s.a.keys.Continuation(digest))
 	if err != nil {
 		return err
 	}
-	data, err := MarshalRecord(KindContinuation, continuationRecord{SessionID: sessionID})
+	data, err := record.Marshal(KindContinuation, continuationRecord{SessionID: sessionID})
 	if err != nil {
 		return err
 	}
 	return redact(s.db().Put(ctx, k, data))
 }
 
-// ResolveToken returns the id of the session a continuation token names.
-// A token the store does not have is an error matching kv.ErrNotFound; any
-// other error is the store's (with the token redacted). It does not check
-// the session: load it (Load), which honours a tombstone.
+// ResolveToken returns the id of the session a continuation token names:
+// the record under the token's digest, or, for a record an earlier build
+// wrote under the plain token and no migration has rewritten yet, that
+// one. A token the store does not have is an error matching
+// kv.ErrNotFound; any other error is the store's (with the token
+// redacted). It does not check the session: load it (Load), which honours
+// a tombstone.
 func (s *Sessions) ResolveToken(ctx context.Context, token string) (string, error) {
-	k, err := key(s.a.keys.Continuation(token))
-	if err != nil {
-		return "", fmt.Errorf("%w: %w", kv.ErrNotFound, err)
-	}
 	if !s.caps().Get {
 		return "", fmt.Errorf("storage: %q cannot resolve tokens (no Get): %w", s.a.b.name, kv.ErrNotFound)
+	}
+	id, err := s.resolveAt(ctx, keys.TokenDigest(token))
+	if errors.Is(err, kv.ErrNotFound) && !keys.IsTokenDigest(token) {
+		id, err = s.resolveAt(ctx, token)
+	}
+	return id, err
+}
+
+// resolveAt reads the continuation record whose key segment is seg.
+func (s *Sessions) resolveAt(ctx context.Context, seg string) (string, error) {
+	k, err := key(s.a.keys.Continuation(seg))
+	if err != nil {
+		return "", fmt.Errorf("%w: %w", kv.ErrNotFound, err)
 	}
 	data, err := s.db().Get(ctx, k)
 	if err != nil {
 		return "", redact(err)
 	}
 	var cr continuationRecord
-	if _, err := UnmarshalRecord(KindContinuation, k, data, &cr); err != nil {
+	if _, err := record.Unmarshal(KindContinuation, k, data, &cr); err != nil {
 		return "", err
 	}
 	if cr.SessionID == "" {
@@ -366,7 +442,7 @@ func (s *Sessions) ResolveToken(ctx context.Context, token string) (string, erro
 // Without the CAS group the tombstone is a plain Put, which a host
 // committing at the same moment may overwrite. Without Delete the other
 // keys stay; readers ignore them because of the tombstone.
-func (s *Sessions) Delete(ctx context.Context, tomb Head, token string, extraIndexKeys ...string) error {
+func (s *Sessions) Delete(ctx context.Context, tomb Head, digest string, extraIndexKeys ...string) error {
 	id := tomb.ID
 	tomb = Head{SessionMeta: SessionMeta{ID: id, UpdatedAt: tomb.UpdatedAt}, Writer: tomb.Writer, Deleted: true}
 	var found Head
@@ -394,7 +470,9 @@ func (s *Sessions) Delete(ctx context.Context, tomb Head, token string, extraInd
 		return nil
 	}
 	var dels []string
-	tokens := []string{token, found.ContinuationToken}
+	// The continuation records: under the digests, and under the plain
+	// tokens of an earlier build's records.
+	tokens := []string{digest, found.Digest(), found.LegacyToken}
 	indexes := append([]string(nil), extraIndexKeys...)
 	if !found.UpdatedAt.IsZero() && !found.Deleted {
 		if k, err := s.IndexKey(id, found.UpdatedAt); err == nil {
@@ -402,7 +480,7 @@ func (s *Sessions) Delete(ctx context.Context, tomb Head, token string, extraInd
 		}
 	}
 	if m, _, err := s.ReadMeta(ctx, id); err == nil {
-		tokens = append(tokens, m.ContinuationToken)
+		tokens = append(tokens, m.Digest(), m.LegacyToken)
 		if k, err := s.IndexKey(id, m.UpdatedAt); err == nil {
 			indexes = append(indexes, k)
 		}

@@ -1,10 +1,13 @@
 // Package storage is agentkit's record layer: it binds a key-value backend
 // to the runtime and is the one place where the runtime's records are
-// written to and read from the store. Every record kind has its key (package
-// keys), its stored form, its codec and its write semantics here; the
-// runtime (package agent), the reminder scheduler and the eval and A/B
-// tables ask this package for records and never combine keys and kv by
-// hand.
+// written to and read from the store. Package keys defines the layout
+// under agentkit/v1/; this package builds the keys of every record kind it
+// writes, with its stored form, its codec (package record) and its write
+// semantics, and the runtime (package agent), the reminder scheduler and
+// the eval and A/B tables ask it for records and never combine keys and kv
+// by hand. The one family it does not write is the session ledger's
+// (agentkit/v1/{agent}/durable-session/): package ledger builds its own
+// keys inside the prefix package keys gives it (keys.Scope.LedgerPrefix).
 //
 // Define takes a backend (any value implementing at least kv.Putter, a
 // kv.Funcs, or a *kv.DB from kv.Open), checks it, discovers what it can do,
@@ -32,9 +35,9 @@
 // brings a deleted session back.
 //
 // Every record is JSON with a format version field "v", written and read by
-// one codec (MarshalRecord, UnmarshalRecord) under one rule (see Kind): a
-// record with a newer version than this build knows is refused with an
-// error matching ErrNewerFormat instead of being misread.
+// one codec (package record, the same for the ledger's records) under one
+// rule: a record with a newer version than this build knows is refused
+// with an error matching ErrNewerFormat instead of being misread.
 //
 // Binding.Report is the capability report GET /v1/info serialises, and
 // Binding.RequireCoordination the start-up check of the features that
@@ -53,6 +56,7 @@ import (
 
 	"agentkit/keys"
 	"agentkit/kv"
+	"agentkit/record"
 )
 
 // Defaults of the restore policy, used where a field of RestorePolicy is zero.
@@ -130,17 +134,20 @@ const (
 // Errors matched with errors.Is.
 var (
 	// ErrNoCAS means a feature that coordinates hosts serving one session
-	// at the same time (ledger mode, not part of this build) was asked of a
+	// at the same time (serving mode ledger, package ledger) was asked of a
 	// backend without the full CAS group, or without Get and Delete.
 	ErrNoCAS = errors.New("storage: the backend cannot coordinate hosts")
 	// ErrSplitCAS means the CAS group and the plain methods do not sit on
-	// the same durable store: one of them keeps its data in process memory.
+	// the same durable store: one of them keeps its data in process memory,
+	// or the start-up probe (ProbeCoordination) found that a key written
+	// through one cannot be read through the other.
 	ErrSplitCAS = errors.New("storage: the CAS group and the plain methods are on different stores")
 	// ErrNewerFormat means a stored record has a format version this build
-	// does not know.
-	ErrNewerFormat = errors.New("storage: record written by a newer agentkit")
-	// ErrBadRecord means a stored record is not one this package writes.
-	ErrBadRecord = errors.New("storage: unreadable record")
+	// does not read: upgrade agentkit (record.ErrNewerFormat).
+	ErrNewerFormat = record.ErrNewerFormat
+	// ErrBadRecord means a stored record is not one this package writes
+	// (record.ErrBadRecord).
+	ErrBadRecord = record.ErrBadRecord
 )
 
 // Binding is the runtime's view of one backend. It is safe for concurrent

@@ -10,6 +10,7 @@ import (
 
 	"agentkit/keys"
 	"agentkit/kv"
+	"agentkit/record"
 )
 
 // casAttempts bounds the compare-and-set loop of an update that keeps
@@ -43,7 +44,7 @@ func (e *EvalRuns) Update(ctx context.Context, runID string, update func(old jso
 		}
 		return casUpdate(ctx, b.db, key, func(data []byte) (json.RawMessage, error) {
 			var rec EvalRun
-			if _, err := UnmarshalRecord(KindEvalRun, key, data, &rec); err != nil {
+			if _, err := record.Unmarshal(KindEvalRun, key, data, &rec); err != nil {
 				return nil, err
 			}
 			return rec.Snapshot, nil
@@ -51,7 +52,7 @@ func (e *EvalRuns) Update(ctx context.Context, runID string, update func(old jso
 			if err := checkJSON("eval run snapshot", doc); err != nil {
 				return nil, err
 			}
-			return MarshalRecord(KindEvalRun, EvalRun{Agent: e.a.Name(), ID: runID, Snapshot: doc})
+			return record.Marshal(KindEvalRun, EvalRun{Agent: e.a.Name(), ID: runID, Snapshot: doc})
 		}, update)
 	}
 	var old json.RawMessage
@@ -94,7 +95,7 @@ func (t *ABs) UpdateSnapshot(ctx context.Context, update func(old json.RawMessag
 		}
 		return casUpdate(ctx, b.db, key, func(data []byte) (json.RawMessage, error) {
 			var rec snapshotRecord
-			if _, err := UnmarshalRecord(KindABSnapshot, key, data, &rec); err != nil {
+			if _, err := record.Unmarshal(KindABSnapshot, key, data, &rec); err != nil {
 				return nil, err
 			}
 			return rec.Snapshot, nil
@@ -102,7 +103,7 @@ func (t *ABs) UpdateSnapshot(ctx context.Context, update func(old json.RawMessag
 			if err := checkJSON("A/B snapshot", doc); err != nil {
 				return nil, err
 			}
-			return MarshalRecord(KindABSnapshot, snapshotRecord{Agent: t.a.Name(), Snapshot: doc})
+			return record.Marshal(KindABSnapshot, snapshotRecord{Agent: t.a.Name(), Snapshot: doc})
 		}, update)
 	}
 	var old json.RawMessage

@@ -8,6 +8,8 @@ import (
 	"io/fs"
 	"net/url"
 	"os"
+
+	"agentkit/internal/privfile"
 )
 
 // Exists reports whether the session database at path holds the session
@@ -17,6 +19,9 @@ import (
 func Exists(ctx context.Context, path, id string) (bool, error) {
 	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
 		return false, nil
+	}
+	if err := privfile.TightenSQLite(path); err != nil {
+		return false, fmt.Errorf("sessiondb: %w", err)
 	}
 	q := url.Values{}
 	q.Set("mode", "rw")

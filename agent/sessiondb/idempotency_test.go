@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"testing"
+
+	"agentkit/keys"
 )
 
 // TestKeyedTurnsFollowTheEvents: the idempotency index is derived from
@@ -23,7 +25,7 @@ func TestKeyedTurnsFollowTheEvents(t *testing.T) {
 		t.Fatal(err)
 	}
 	// An imported session brings its keys.
-	if _, err := db.ImportMirrored(ctx, Meta{ID: "b", CreatedAt: t0, UpdatedAt: t0, Token: "tok-b", LastSeq: 2}, []Record{
+	if _, err := db.ImportMirrored(ctx, Meta{ID: "b", CreatedAt: t0, UpdatedAt: t0, TokenDigest: keys.TokenDigest("tok-b"), LastSeq: 2}, []Record{
 		started("b", 1, "k2"),
 		{SessionID: "b", Seq: 2, At: t0, Type: "turn.finished", Data: []byte(`{"idempotency":{"route":"continue","key":"not-a-start"}}`)},
 	}, MirrorState{MirroredSeq: 2}); err != nil {

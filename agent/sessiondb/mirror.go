@@ -88,7 +88,7 @@ func scanMirror(row interface{ Scan(...any) error }) (Meta, MirrorState, error) 
 	var m Meta
 	var st MirrorState
 	var created, updated int64
-	err := row.Scan(&m.ID, &m.ChannelID, &m.Title, &created, &updated, &m.Turns, &m.LastSeq, &m.LastStatus, &m.Token,
+	err := row.Scan(&m.ID, &m.ChannelID, &m.Title, &created, &updated, &m.Turns, &m.LastSeq, &m.LastStatus, &m.TokenDigest,
 		&st.MirroredSeq, &st.Batch, &st.IndexKey, &st.TokenMirrored,
 		&st.BatchID, &st.MetaSeq, &st.PendingID, &st.PendingSeq, &st.PendingMeta)
 	if err != nil {
@@ -170,23 +170,46 @@ func (d *DB) Backlog(ctx context.Context) ([]string, error) {
 // store's, all in one transaction. It returns how many local events were
 // forked. A session not here is ErrNotFound.
 func (d *DB) Adopt(ctx context.Context, m Meta, recs []Record, st MirrorState, lostTo string, now time.Time) (int, error) {
+	n, _, err := d.AdoptFork(ctx, m, recs, st, lostTo, now, nil)
+	return n, err
+}
+
+// ForkRecord makes the event that records a fork in the session's own
+// history: forked are the local events that lost (in sequence order),
+// after the seq of the last event both copies share; the event takes
+// sequence number seq and turn number turn.
+type ForkRecord func(forked []Record, after, seq, turn int64) (Record, error)
+
+// AdoptFork is Adopt, and when local events are forked it also appends,
+// after the store's events and in the same transaction, the event record
+// makes of them (the session's row takes its sequence and turn numbers):
+// the fork becomes part of the session's history, which the mirror owes
+// the store like any event. It also returns the events it appended, in
+// order: the store's that were not here, then the fork's.
+func (d *DB) AdoptFork(ctx context.Context, m Meta, recs []Record, st MirrorState, lostTo string, now time.Time, record ForkRecord) (int, []Record, error) {
 	var forked int
+	var appended []Record
 	err := d.Write(ctx, func(tx *Tx) error {
 		var err error
-		forked, err = tx.Adopt(m, recs, st, lostTo, now)
+		forked, appended, err = tx.adopt(m, recs, st, lostTo, now, record)
 		return err
 	})
-	return forked, err
+	return forked, appended, err
 }
 
 // Adopt makes the store's history the session's (see DB.Adopt).
 func (tx *Tx) Adopt(m Meta, recs []Record, st MirrorState, lostTo string, now time.Time) (int, error) {
+	n, _, err := tx.adopt(m, recs, st, lostTo, now, nil)
+	return n, err
+}
+
+func (tx *Tx) adopt(m Meta, recs []Record, st MirrorState, lostTo string, now time.Time, record ForkRecord) (int, []Record, error) {
 	var lastSeq int64
 	if err := tx.queryRow(`SELECT last_seq FROM sessions WHERE id = ?`, m.ID).Scan(&lastSeq); err != nil {
 		if errors.Is(err, sql.ErrNoRows) {
-			return 0, ErrNotFound
+			return 0, nil, ErrNotFound
 		}
-		return 0, err
+		return 0, nil, err
 	}
 	// The first local event that differs from the store's.
 	from := st.MirroredSeq + 1
@@ -195,7 +218,7 @@ func (tx *Tx) Adopt(m Meta, recs []Record, st MirrorState, lostTo string, now ti
 	}
 	rows, err := tx.query(`SELECT seq, data FROM events WHERE session_id = ? AND seq >= ? ORDER BY seq`, m.ID, from)
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	byStore := map[int64][]byte{}
 	for _, r := range recs {
@@ -207,7 +230,7 @@ func (tx *Tx) Adopt(m Meta, recs []Record, st MirrorState, lostTo string, now ti
 		var data []byte
 		if err := rows.Scan(&seq, &data); err != nil {
 			rows.Close()
-			return 0, err
+			return 0, nil, err
 		}
 		if s, ok := byStore[seq]; !ok || !bytes.Equal(s, data) {
 			differ = seq
@@ -216,26 +239,47 @@ func (tx *Tx) Adopt(m Meta, recs []Record, st MirrorState, lostTo string, now ti
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	forked := 0
+	var lost []Record
 	keepUpTo := lastSeq // local events up to here equal the store's
+	if differ >= 0 && record != nil {
+		rows, err := tx.query(`SELECT seq, at, type, data FROM events WHERE session_id = ? AND seq >= ? ORDER BY seq`, m.ID, differ)
+		if err != nil {
+			return 0, nil, err
+		}
+		for rows.Next() {
+			r := Record{SessionID: m.ID}
+			var at int64
+			if err := rows.Scan(&r.Seq, &at, &r.Type, &r.Data); err != nil {
+				rows.Close()
+				return 0, nil, err
+			}
+			r.At = time.Unix(0, at).UTC()
+			lost = append(lost, r)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return 0, nil, err
+		}
+	}
 	if differ >= 0 {
 		keepUpTo = differ - 1
 		var fork int64
 		if err := tx.queryRow(`SELECT COALESCE(MAX(fork), 0) + 1 FROM forked_events WHERE session_id = ?`, m.ID).Scan(&fork); err != nil {
-			return 0, err
+			return 0, nil, err
 		}
 		res, err := tx.exec(`INSERT INTO forked_events (session_id, fork, seq, at, type, data, lost_to, forked_at)
 			SELECT session_id, ?, seq, at, type, data, ?, ? FROM events WHERE session_id = ? AND seq >= ?`,
 			fork, lostTo, now.UnixNano(), m.ID, differ)
 		if err != nil {
-			return 0, err
+			return 0, nil, err
 		}
 		n, _ := res.RowsAffected()
 		forked = int(n)
 		if _, err := tx.exec(`DELETE FROM events WHERE session_id = ? AND seq >= ?`, m.ID, differ); err != nil {
-			return 0, err
+			return 0, nil, err
 		}
 	}
 	var fresh []Record
@@ -245,13 +289,25 @@ func (tx *Tx) Adopt(m Meta, recs []Record, st MirrorState, lostTo string, now ti
 		}
 	}
 	if err := tx.Append(fresh...); err != nil {
-		return 0, err
+		return 0, nil, err
+	}
+	if len(lost) > 0 {
+		rec, err := record(lost, differ-1, m.LastSeq+1, m.Turns+1)
+		if err != nil {
+			return 0, nil, err
+		}
+		rec.SessionID, rec.Seq = m.ID, m.LastSeq+1
+		if err := tx.Append(rec); err != nil {
+			return 0, nil, err
+		}
+		m.LastSeq, m.Turns, m.UpdatedAt = rec.Seq, m.Turns+1, rec.At
+		fresh = append(fresh, rec)
 	}
 	if _, err := tx.exec(`UPDATE sessions SET channel_id = ?, title = ?, created_at = ?, updated_at = ?, turns = ?, last_seq = ?, last_status = ? WHERE id = ?`,
 		m.ChannelID, m.Title, m.CreatedAt.UnixNano(), m.UpdatedAt.UnixNano(), m.Turns, m.LastSeq, m.LastStatus, m.ID); err != nil {
-		return 0, err
+		return 0, nil, err
 	}
-	return forked, tx.SetMirror(m.ID, st)
+	return forked, fresh, tx.SetMirror(m.ID, st)
 }
 
 // ImportMirrored stores a session loaded from the store with its events and
@@ -278,8 +334,8 @@ func (tx *Tx) ImportMirrored(m Meta, recs []Record, st MirrorState) (bool, error
 	if n, _ := res.RowsAffected(); n == 0 {
 		return false, nil // already here
 	}
-	if m.Token != "" {
-		if _, err := tx.exec(`INSERT OR REPLACE INTO tokens (token, session_id) VALUES (?, ?)`, m.Token, m.ID); err != nil {
+	if m.TokenDigest != "" {
+		if _, err := tx.exec(`INSERT OR REPLACE INTO tokens (token, session_id) VALUES (?, ?)`, m.TokenDigest, m.ID); err != nil {
 			return false, err
 		}
 	}

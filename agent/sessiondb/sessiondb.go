@@ -23,6 +23,8 @@ import (
 	"time"
 
 	_ "modernc.org/sqlite" // the "sqlite" database/sql driver
+
+	"agentkit/internal/privfile"
 )
 
 // ErrNotFound means no session (or token) matched.
@@ -39,8 +41,9 @@ type Meta struct {
 	Turns      int64
 	LastSeq    int64
 	LastStatus string
-	// Token is the session's continuation token.
-	Token string
+	// TokenDigest is the digest (keys.TokenDigest) of the session's
+	// continuation token: the token itself is never stored.
+	TokenDigest string
 	// MirroredSeq is the last event committed to the store (see
 	// MirrorState).
 	MirroredSeq int64
@@ -97,7 +100,7 @@ CREATE TABLE IF NOT EXISTS sessions (
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS sessions_by_updated ON sessions (updated_at, id);
 CREATE TABLE IF NOT EXISTS tokens (
-	token      TEXT PRIMARY KEY,
+	token      TEXT PRIMARY KEY, -- the digest of the token (keys.TokenDigest)
 	session_id TEXT NOT NULL
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS tokens_by_session ON tokens (session_id);
@@ -114,8 +117,14 @@ CREATE TABLE IF NOT EXISTS events (
 // Open opens (creating if needed) the session database at path. The file
 // is in WAL mode with synchronous=FULL: a write is on disk when the call
 // that made it returns. secure_delete is on: a deleted session's rows are
-// overwritten with zeros, not left in the file's free space.
+// overwritten with zeros, not left in the file's free space. The file and
+// its -wal and -shm files are owner-only (0600): a missing file is created
+// empty with that mode before SQLite opens it, and an existing one (with
+// its companions) is tightened.
 func Open(ctx context.Context, path string) (*DB, error) {
+	if err := privfile.CreateSQLite(path); err != nil {
+		return nil, fmt.Errorf("sessiondb: %w", err)
+	}
 	q := url.Values{}
 	for _, p := range []string{"journal_mode(WAL)", "synchronous(FULL)", "busy_timeout(10000)", "secure_delete(ON)"} {
 		q.Add("_pragma", p)
@@ -137,6 +146,11 @@ func Open(ctx context.Context, path string) (*DB, error) {
 		conn.Close()
 		db.Close()
 		return nil, fmt.Errorf("sessiondb: preparing %s: %w", path, err)
+	}
+	if err := digestTokens(ctx, conn); err != nil {
+		conn.Close()
+		db.Close()
+		return nil, fmt.Errorf("sessiondb: %s: %w", path, err)
 	}
 	return &DB{db: db, w: newWriter(conn), stmts: map[string]*sql.Stmt{}}, nil
 }
@@ -223,7 +237,7 @@ func scanMeta(row interface{ Scan(...any) error }) (Meta, error) {
 	var m Meta
 	var created, updated int64
 	err := row.Scan(&m.ID, &m.ChannelID, &m.Title, &created, &updated, &m.Turns, &m.LastSeq,
-		&m.LastStatus, &m.Token, &m.MirroredSeq, &m.Batches, &m.IndexKey, &m.TokenMirrored)
+		&m.LastStatus, &m.TokenDigest, &m.MirroredSeq, &m.Batches, &m.IndexKey, &m.TokenMirrored)
 	if errors.Is(err, sql.ErrNoRows) {
 		return Meta{}, ErrNotFound
 	}
@@ -237,7 +251,7 @@ func scanMeta(row interface{ Scan(...any) error }) (Meta, error) {
 
 func metaArgs(m Meta) []any {
 	return []any{m.ID, m.ChannelID, m.Title, m.CreatedAt.UnixNano(), m.UpdatedAt.UnixNano(), m.Turns,
-		m.LastSeq, m.LastStatus, m.Token, m.MirroredSeq, m.Batches, m.IndexKey, m.TokenMirrored}
+		m.LastSeq, m.LastStatus, m.TokenDigest, m.MirroredSeq, m.Batches, m.IndexKey, m.TokenMirrored}
 }
 
 // Put creates or replaces a session's row, and records its token.
@@ -250,8 +264,8 @@ func (tx *Tx) Put(m Meta) error {
 	if _, err := tx.exec(`INSERT OR REPLACE INTO sessions (`+metaCols+`) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)`, metaArgs(m)...); err != nil {
 		return err
 	}
-	if m.Token != "" {
-		if _, err := tx.exec(`INSERT OR REPLACE INTO tokens (token, session_id) VALUES (?, ?)`, m.Token, m.ID); err != nil {
+	if m.TokenDigest != "" {
+		if _, err := tx.exec(`INSERT OR REPLACE INTO tokens (token, session_id) VALUES (?, ?)`, m.TokenDigest, m.ID); err != nil {
 			return err
 		}
 	}
@@ -270,11 +284,11 @@ func (tx *Tx) Get(id string) (Meta, error) {
 	return scanMeta(tx.queryRow(getMeta, id))
 }
 
-// SessionOfToken returns the id of the session a continuation token names,
-// or ErrNotFound.
-func (d *DB) SessionOfToken(ctx context.Context, token string) (string, error) {
+// SessionOfDigest returns the id of the session whose continuation token
+// has the digest (keys.TokenDigest), or ErrNotFound.
+func (d *DB) SessionOfDigest(ctx context.Context, digest string) (string, error) {
 	var id string
-	err := d.queryRow(ctx, `SELECT session_id FROM tokens WHERE token = ?`, token).Scan(&id)
+	err := d.queryRow(ctx, `SELECT session_id FROM tokens WHERE token = ?`, digest).Scan(&id)
 	if errors.Is(err, sql.ErrNoRows) {
 		return "", ErrNotFound
 	}

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"agentkit/keys"
 )
 
 func openTest(t testing.TB) *DB {
@@ -27,7 +29,7 @@ var t0 = time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC)
 func fill(t testing.TB, db *DB, id string, n int) {
 	t.Helper()
 	ctx := context.Background()
-	if err := db.Put(ctx, Meta{ID: id, CreatedAt: t0, UpdatedAt: t0, Token: "tok-" + id}); err != nil {
+	if err := db.Put(ctx, Meta{ID: id, CreatedAt: t0, UpdatedAt: t0, TokenDigest: keys.TokenDigest("tok-" + id)}); err != nil {
 		t.Fatal(err)
 	}
 	recs := make([]Record, n)
@@ -99,7 +101,7 @@ func TestSessionsAndTokens(t *testing.T) {
 	db := openTest(t)
 	ctx := context.Background()
 	for i := range 5 {
-		m := Meta{ID: fmt.Sprintf("s%d", i), CreatedAt: t0, UpdatedAt: t0.Add(time.Duration(i%3) * time.Minute), Token: fmt.Sprintf("t%d", i)}
+		m := Meta{ID: fmt.Sprintf("s%d", i), CreatedAt: t0, UpdatedAt: t0.Add(time.Duration(i%3) * time.Minute), TokenDigest: keys.TokenDigest(fmt.Sprintf("t%d", i))}
 		if err := db.Put(ctx, m); err != nil {
 			t.Fatal(err)
 		}
@@ -124,10 +126,10 @@ func TestSessionsAndTokens(t *testing.T) {
 	if fmt.Sprint(order) != "[s2 s4 s1 s3 s0]" {
 		t.Errorf("order %v", order)
 	}
-	if id, err := db.SessionOfToken(ctx, "t3"); err != nil || id != "s3" {
+	if id, err := db.SessionOfDigest(ctx, keys.TokenDigest("t3")); err != nil || id != "s3" {
 		t.Errorf("token: %q %v", id, err)
 	}
-	if _, err := db.SessionOfToken(ctx, "nope"); !errors.Is(err, ErrNotFound) {
+	if _, err := db.SessionOfDigest(ctx, keys.TokenDigest("nope")); !errors.Is(err, ErrNotFound) {
 		t.Errorf("unknown token: %v", err)
 	}
 	// Record updates the session's state but not its mirror fields.
@@ -140,7 +142,7 @@ func TestSessionsAndTokens(t *testing.T) {
 		t.Fatal(err)
 	}
 	got, _ := db.Get(ctx, "s1")
-	if got.Turns != 3 || got.LastSeq != 12 || got.MirroredSeq != 9 || got.Batches != 2 || got.IndexKey != "k" || !got.TokenMirrored || got.Token != "t1" {
+	if got.Turns != 3 || got.LastSeq != 12 || got.MirroredSeq != 9 || got.Batches != 2 || got.IndexKey != "k" || !got.TokenMirrored || got.TokenDigest != keys.TokenDigest("t1") {
 		t.Errorf("after Record %+v", got)
 	}
 	if _, st, err := db.Mirror(ctx, "s1"); err != nil || st.BatchID != "b2" || st.MetaSeq != 9 || !st.Owes(12) || st.Owes(9) {
@@ -156,13 +158,13 @@ func TestSessionsAndTokens(t *testing.T) {
 	if ok, err := db.ImportMirrored(ctx, Meta{ID: "s1", Turns: 99}, nil, MirrorState{}); ok || err != nil {
 		t.Errorf("Import over a local session: %v %v", ok, err)
 	}
-	if ok, err := db.ImportMirrored(ctx, Meta{ID: "new", Token: "tn", LastSeq: 1}, []Record{{SessionID: "new", Seq: 1, Data: []byte("{}")}}, MirrorState{MirroredSeq: 1, Batch: 1, BatchID: "x", MetaSeq: 1, TokenMirrored: true}); !ok || err != nil {
+	if ok, err := db.ImportMirrored(ctx, Meta{ID: "new", TokenDigest: keys.TokenDigest("tn"), LastSeq: 1}, []Record{{SessionID: "new", Seq: 1, Data: []byte("{}")}}, MirrorState{MirroredSeq: 1, Batch: 1, BatchID: "x", MetaSeq: 1, TokenMirrored: true}); !ok || err != nil {
 		t.Errorf("Import: %v %v", ok, err)
 	}
 	if _, st, _ := db.Mirror(ctx, "new"); st.BatchID != "x" || st.Owes(1) {
 		t.Errorf("imported mirror state %+v", st)
 	}
-	if id, _ := db.SessionOfToken(ctx, "tn"); id != "new" {
+	if id, _ := db.SessionOfDigest(ctx, keys.TokenDigest("tn")); id != "new" {
 		t.Error("imported token not found")
 	}
 	if err := db.Delete(ctx, "s1"); err != nil {
@@ -174,7 +176,7 @@ func TestSessionsAndTokens(t *testing.T) {
 	if r, _ := db.After(ctx, "s1", 0, 10); len(r) != 0 {
 		t.Error("events survived the delete")
 	}
-	if _, err := db.SessionOfToken(ctx, "t1"); !errors.Is(err, ErrNotFound) {
+	if _, err := db.SessionOfDigest(ctx, keys.TokenDigest("t1")); !errors.Is(err, ErrNotFound) {
 		t.Error("token survived the delete")
 	}
 	if n, _ := db.Count(ctx); n != 5 {
@@ -244,7 +246,7 @@ func TestAdoptForksOnlyWhatDiffers(t *testing.T) {
 	rec := func(seq int64, by string) Record {
 		return Record{SessionID: "s", Seq: seq, At: t0, Type: "e", Data: []byte(fmt.Sprintf(`{"seq":%d,"by":%q}`, seq, by))}
 	}
-	if err := db.Put(ctx, Meta{ID: "s", Token: "t", CreatedAt: t0, UpdatedAt: t0}); err != nil {
+	if err := db.Put(ctx, Meta{ID: "s", TokenDigest: keys.TokenDigest("t"), CreatedAt: t0, UpdatedAt: t0}); err != nil {
 		t.Fatal(err)
 	}
 	for i := int64(1); i <= 5; i++ {

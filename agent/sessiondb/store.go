@@ -2,6 +2,7 @@ package sessiondb
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"iter"
 
@@ -13,7 +14,7 @@ import (
 // the tables of package sqlitekv (kv, kv_meta) in the same file, so a
 // store opened with the SQLite driver on the file sees the same keys
 // (agentkit kv ls), and the runtime can write the store's records in the
-// same transaction as the events they copy (Tx.Store). It implements
+// same transaction as the events they copy (kv.DB.InTx, Store.TxView). It implements
 // kv.Store, the CAS group and kv.Batcher. Reads run on the database's
 // reading pool; writes go through its writer, each a request of its own
 // (grouped with others waiting, as every write is).
@@ -23,10 +24,26 @@ type Store struct {
 }
 
 var (
-	_ kv.Store   = (*Store)(nil)
-	_ kv.CAS     = (*Store)(nil)
-	_ kv.Batcher = (*Store)(nil)
+	_ kv.Store    = (*Store)(nil)
+	_ kv.CAS      = (*Store)(nil)
+	_ kv.Batcher  = (*Store)(nil)
+	_ kv.TxViewer = (*Store)(nil)
 )
+
+// TxView implements kv.TxViewer: the store as tx, a write of this
+// database, sees it. A write of another session database is refused.
+func (s *Store) TxView(tx any) (any, error) {
+	t, ok := tx.(*Tx)
+	switch {
+	case !ok:
+		return nil, fmt.Errorf("sessiondb: the embedded store runs inside a write of its session database (*sessiondb.Tx), not a %T", tx)
+	case t == nil || t.w != s.d.w:
+		return nil, errors.New("sessiondb: the write is one of another session database")
+	case t.w.kv == nil:
+		return nil, errors.New("sessiondb: the embedded store has no tables in this write yet")
+	}
+	return t.w.kv, nil
+}
 
 // Store returns the embedded store, creating its tables on first use.
 func (d *DB) Store(ctx context.Context) (*Store, error) {
@@ -48,11 +65,6 @@ func (d *DB) Store(ctx context.Context) (*Store, error) {
 	d.store = &Store{d: d, r: sqlitekv.NewEmbedded(d.db)}
 	return d.store, nil
 }
-
-// Store returns the embedded store as the write sees it: its reads and
-// writes run in the write's transaction, committed with it. DB.Store must
-// have been called first (it is nil before).
-func (tx *Tx) Store() *sqlitekv.Embedded { return tx.w.kv }
 
 func (s *Store) write(ctx context.Context, fn func(tx *Tx, e *sqlitekv.Embedded) error) error {
 	return s.d.Write(ctx, func(tx *Tx) error { return fn(tx, tx.w.kv) })

@@ -2,8 +2,10 @@ package sessiondb
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"agentkit/internal/testenv"
@@ -60,21 +62,34 @@ func TestStoreWritesInTheSessionWrite(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	if _, err := db.Store(ctx); err != nil {
+	st, err := db.Store(ctx)
+	if err != nil {
 		t.Fatal(err)
+	}
+	store, err := kv.New("sqlite", st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// view is the store as the write tx sees it (kv.TxViewer).
+	view := func(tx *Tx) *kv.DB {
+		v, err := store.InTx(tx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
 	}
 	fill(t, db, "a", 0)
 	err = db.Write(ctx, func(tx *Tx) error {
 		if err := tx.Append(Record{SessionID: "a", Seq: 1, At: t0, Type: "e", Data: []byte(`{}`)}); err != nil {
 			return err
 		}
-		return tx.Store().Put(tx.Context(), "k/kept", []byte("v"))
+		return view(tx).Put(tx.Context(), "k/kept", []byte("v"))
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	err = db.Write(ctx, func(tx *Tx) error {
-		if err := tx.Store().Put(tx.Context(), "k/dropped", []byte("v")); err != nil {
+		if err := view(tx).Put(tx.Context(), "k/dropped", []byte("v")); err != nil {
 			return err
 		}
 		return tx.Append(Record{SessionID: "a", Seq: 1, At: t0, Type: "e", Data: []byte(`{}`)}) // a duplicate: fails
@@ -88,7 +103,7 @@ func TestStoreWritesInTheSessionWrite(t *testing.T) {
 			return err
 		}
 		_ = tx.Savepoint(func() error {
-			if err := tx.Store().Put(tx.Context(), "k/part", []byte("v")); err != nil {
+			if err := view(tx).Put(tx.Context(), "k/part", []byte("v")); err != nil {
 				return err
 			}
 			return kv.ErrConflict
@@ -115,5 +130,53 @@ func TestStoreWritesInTheSessionWrite(t *testing.T) {
 	}
 	if recs, _ := db.After(ctx, "a", 0, 10); len(recs) != 2 {
 		t.Errorf("%d events; want 2 (the savepoint kept the write's event)", len(recs))
+	}
+}
+
+// TestTxViewIsOnlyOfItsOwnDatabase: the embedded store runs inside writes
+// of its own session database and nothing else; a store without the
+// capability says so.
+func TestTxViewIsOnlyOfItsOwnDatabase(t *testing.T) {
+	ctx := context.Background()
+	open := func() (*DB, *kv.DB) {
+		db, err := Open(ctx, filepath.Join(t.TempDir(), "sessions.db"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { db.Close() })
+		st, err := db.Store(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		store, err := kv.New("sqlite", st)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return db, store
+	}
+	a, storeA := open()
+	_, storeB := open()
+	err := a.Write(ctx, func(tx *Tx) error {
+		if _, err := storeB.InTx(tx); err == nil || !strings.Contains(err.Error(), "another session database") {
+			t.Errorf("B's store inside A's write: %v; want a refusal", err)
+		}
+		if _, err := storeA.InTx("not a transaction"); err == nil {
+			t.Error("a store view of a string was given")
+		}
+		v, err := storeA.InTx(tx)
+		if err != nil {
+			return err
+		}
+		return v.Put(ctx, "k/in", []byte("v"))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := storeA.Get(ctx, "k/in"); err != nil || string(got) != "v" {
+		t.Errorf("after the write: %q, %v", got, err)
+	}
+	plain, _ := kv.New("plain", kv.Funcs{Put: func(context.Context, string, []byte) error { return nil }})
+	if _, err := plain.InTx(nil); !errors.Is(err, errors.ErrUnsupported) {
+		t.Errorf("InTx on a store without the capability: %v; want ErrUnsupported", err)
 	}
 }

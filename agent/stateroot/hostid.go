@@ -9,6 +9,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"agentkit/internal/atomicfile"
 )
 
 // HostIDFile holds the state root's host id.
@@ -33,25 +35,7 @@ func (r *Root) HostID() (string, error) {
 		return "", fmt.Errorf("stateroot: reading the host id: %w", err)
 	}
 	id := newHostID()
-	tmp, err := os.CreateTemp(r.dir, ".host-id-*")
-	if err != nil {
-		return "", fmt.Errorf("stateroot: writing the host id: %w", err)
-	}
-	_, err = tmp.WriteString(id + "\n")
-	if err == nil {
-		err = tmp.Chmod(0o600)
-	}
-	if err == nil {
-		err = tmp.Sync()
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp.Name(), path)
-	}
-	if err != nil {
-		os.Remove(tmp.Name())
+	if err := atomicfile.Write(path, []byte(id+"\n"), &atomicfile.Options{Perm: FilePerm}); err != nil {
 		return "", fmt.Errorf("stateroot: writing the host id: %w", err)
 	}
 	return id, nil

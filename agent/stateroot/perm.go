@@ -6,24 +6,18 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+
+	"agentkit/internal/privfile"
 )
 
 // CreatePrivate creates path as an empty file with FilePerm when it does
 // not exist, so that a program that opens it next (SQLite) keeps that mode,
-// and takes group and other permissions away from an existing one. SQLite
-// treats an empty file as a new database.
+// and takes group and other permissions away from an existing one and its
+// SQLite -wal, -shm and -journal files. SQLite treats an empty file as a
+// new database.
 func CreatePrivate(path string) error {
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, FilePerm)
-	if err == nil {
-		return f.Close()
-	}
-	if !errors.Is(err, fs.ErrExist) {
-		return fmt.Errorf("stateroot: creating %s: %w", path, err)
-	}
-	for _, p := range []string{path, path + "-wal", path + "-shm"} {
-		if err := restrict(p); err != nil {
-			return err
-		}
+	if err := privfile.CreateSQLite(path); err != nil {
+		return fmt.Errorf("stateroot: %w", err)
 	}
 	return nil
 }
@@ -31,18 +25,8 @@ func CreatePrivate(path string) error {
 // restrict removes group and other permissions from path, if it exists.
 // Symlinks are left alone (chmod would follow them).
 func restrict(path string) error {
-	st, err := os.Lstat(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
+	if err := privfile.Tighten(path); err != nil {
 		return fmt.Errorf("stateroot: %w", err)
-	}
-	if st.Mode()&fs.ModeSymlink != 0 || st.Mode().Perm()&0o077 == 0 {
-		return nil
-	}
-	if err := os.Chmod(path, st.Mode().Perm()&^0o077); err != nil {
-		return fmt.Errorf("stateroot: making %s owner-only: %w", path, err)
 	}
 	return nil
 }

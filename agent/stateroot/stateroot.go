@@ -45,6 +45,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"agentkit/internal/atomicfile"
 )
 
 // Format is the layout version this build writes and reads (it reads
@@ -227,11 +229,7 @@ func checkFormat(dir string, f int) error {
 func writeFormat(dir string, format int) error {
 	path := filepath.Join(dir, FormatFile)
 	b, _ := json.Marshal(formatRecord{Format: format})
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, append(b, '\n'), FilePerm); err != nil {
-		return fmt.Errorf("stateroot: writing %s: %w", path, err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
+	if err := atomicfile.Write(path, append(b, '\n'), &atomicfile.Options{Perm: FilePerm}); err != nil {
 		return fmt.Errorf("stateroot: writing %s: %w", path, err)
 	}
 	return nil
@@ -258,19 +256,12 @@ func (r *Root) Path(name string, elem ...string) string {
 // SetFormat since.
 func (r *Root) Format() int { return r.format }
 
-// SetFormat writes the layout's format (atomically: a new file renamed over
-// the old one, then the folder synced), once the layout is what format
-// says.
+// SetFormat writes the layout's format (atomically: a new file synced and
+// renamed over the old one, then the folder synced), once the layout is
+// what format says.
 func (r *Root) SetFormat(format int) error {
 	if err := writeFormat(r.dir, format); err != nil {
 		return err
-	}
-	if d, err := os.Open(r.dir); err == nil {
-		err = d.Sync()
-		d.Close()
-		if err != nil {
-			return fmt.Errorf("stateroot: writing %s: %w", filepath.Join(r.dir, FormatFile), err)
-		}
 	}
 	r.format = format
 	return nil

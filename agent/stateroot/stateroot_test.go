@@ -182,3 +182,33 @@ func TestTheDefaultStoreFollowsTheFormat(t *testing.T) {
 		t.Errorf("after SetFormat(2): format %d, file %q, store %s", r.Format(), b, r.KVPath())
 	}
 }
+
+// An owner-only root whose session database and SQLite's files beside it
+// are world-readable (restored from a backup, say): Open tightens them,
+// the -journal file of a database in rollback mode included, though it
+// does not walk an owner-only root.
+func TestOpenTightensTheSessionDatabase(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "root")
+	r, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Close()
+	db := filepath.Join(dir, SessionsDir, SessionsFile)
+	for _, s := range []string{"", "-wal", "-shm", "-journal"} {
+		if err := os.WriteFile(db+s, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		os.Chmod(db+s, 0o644)
+	}
+	r, err = Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	for _, s := range []string{"", "-wal", "-shm", "-journal"} {
+		if st, err := os.Stat(db + s); err != nil || st.Mode().Perm() != 0o600 {
+			t.Errorf("%s: %v, %v; want 0600", SessionsFile+s, st.Mode(), err)
+		}
+	}
+}

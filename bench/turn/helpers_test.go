@@ -3,7 +3,6 @@ package turnbench
 import (
 	"context"
 	"crypto/rand"
-	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -22,6 +21,7 @@ import (
 	"agentkit/agent/sessiondb"
 	"agentkit/agent/stateroot"
 	"agentkit/internal/testenv"
+	"agentkit/keys"
 	"agentkit/kv"
 	"agentkit/kv/pgkv"
 	"agentkit/model"
@@ -210,16 +210,18 @@ func record(ev agent.Event) (sessiondb.Record, error) {
 	return sessiondb.Record{SessionID: ev.SessionID, Seq: ev.Seq, At: ev.At, Type: ev.Type, Data: data}, nil
 }
 
-// newMeta returns the row of a new session, as StartSession makes it.
+// newMeta returns the row of a new session, as StartSession makes it
+// (the runtime stores only its token's digest; benchToken is the token).
 func newMeta(id string, now time.Time) sessiondb.Meta {
-	tok := make([]byte, 32)
-	rand.Read(tok)
 	return sessiondb.Meta{
 		ID: id, ChannelID: agent.DefaultChannel,
 		CreatedAt: now.UTC(), UpdatedAt: now.UTC(),
-		Token: base64.RawURLEncoding.EncodeToString(tok),
+		TokenDigest: keys.TokenDigest(benchToken(id)),
 	}
 }
+
+// benchToken is the continuation token of a session newMeta made.
+func benchToken(id string) string { return "bench-token-" + id }
 
 // fillBatch is the number of events of one transaction when filling.
 const fillBatch = 10_000

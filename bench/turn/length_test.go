@@ -62,7 +62,7 @@ func openLengths(ctx context.Context, dir string, long, short, count int) (*leng
 // it completed with the echo model's answer.
 func (l *lengths) turn(ctx context.Context, m sessiondb.Meta, i int) (agent.TurnResult, error) {
 	msg := text(1_000_000 + i)
-	res, err := l.rt.Continue(ctx, agent.ContinueRequest{Token: m.Token, Message: msg})
+	res, err := l.rt.Continue(ctx, agent.ContinueRequest{Token: benchToken(m.ID), Message: msg})
 	if err != nil {
 		return res, err
 	}

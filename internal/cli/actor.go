@@ -106,17 +106,9 @@ func runActor(e *env, args []string) error {
 // localActor reads (patch nil) or patches a session actor's state on the
 // state root directly.
 func localActor(ctx context.Context, f actorFlags, id string, patch []byte) ([]byte, error) {
-	p := &project{}
-	var err error
-	switch {
-	case f.dir != "":
-		if p, err = loadProject(f.dir); err != nil {
-			return nil, err
-		}
-	case hasProject("."):
-		if p, err = loadProject("."); err != nil {
-			return nil, err
-		}
+	p, err := findProject(f.dir)
+	if err != nil {
+		return nil, err
 	}
 	name, storage, serving := DefaultAgentName, f.storage, ""
 	dir := "."

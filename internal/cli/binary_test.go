@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"agentkit/internal/testenv"
 )
 
 // agentkitBin is the agentkit binary built once for the tests in this
@@ -15,6 +17,11 @@ import (
 var agentkitBin string
 
 func TestMain(m *testing.M) {
+	if os.Getenv(childRoleEnv) != "" {
+		// A copy of this binary started by a test in a child role: it
+		// needs no agentkit build of its own.
+		testenv.RunChildRole(m, childRoleEnv, childRoles)
+	}
 	dir, err := os.MkdirTemp("", "agentkit-cli-test")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

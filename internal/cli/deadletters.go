@@ -95,12 +95,14 @@ func runDeadLetters(e *env, args []string) error {
 		switch {
 		case d.Duplicate && d.State == ledger.StateCommitted:
 			fmt.Fprintf(e.stdout, "event %s of session %s is not dead-lettered: turn %d consumed it; nothing changed\n", d.EventID, d.SessionID, d.CommitSeq)
+		// InboxSeq numbers the messages a session's inbox has ever taken;
+		// it is not a count of the messages ahead.
 		case d.Duplicate:
-			fmt.Fprintf(e.stdout, "event %s of session %s is already pending (inbox position %d); nothing changed\n", d.EventID, d.SessionID, d.InboxSeq)
+			fmt.Fprintf(e.stdout, "event %s of session %s is already pending in its inbox (inbox sequence number %d); nothing changed\n", d.EventID, d.SessionID, d.InboxSeq)
 		case d.Holder != "":
-			fmt.Fprintf(e.stdout, "replayed: event %s is back in the inbox of session %s (position %d); host %s runs it\n", d.EventID, d.SessionID, d.InboxSeq, d.Holder)
+			fmt.Fprintf(e.stdout, "replayed: event %s is back at the end of session %s's inbox (inbox sequence number %d) with its attempts reset; host %s runs it\n", d.EventID, d.SessionID, d.InboxSeq, d.Holder)
 		default:
-			fmt.Fprintf(e.stdout, "replayed: event %s is back in the inbox of session %s (position %d); a serving host takes it at its next janitor scan\n", d.EventID, d.SessionID, d.InboxSeq)
+			fmt.Fprintf(e.stdout, "replayed: event %s is back at the end of session %s's inbox (inbox sequence number %d) with its attempts reset; a serving host takes it at its next janitor scan\n", d.EventID, d.SessionID, d.InboxSeq)
 		}
 		return nil
 	default: // drop
@@ -115,17 +117,9 @@ func runDeadLetters(e *env, args []string) error {
 // openPassiveLedger opens the agent's store and a ledger over it that
 // never holds a session.
 func openPassiveLedger(ctx context.Context, f deadLetterFlags) (*ledger.Ledger, func(), error) {
-	p := &project{}
-	var err error
-	switch {
-	case f.dir != "":
-		if p, err = loadProject(f.dir); err != nil {
-			return nil, nil, err
-		}
-	case hasProject("."):
-		if p, err = loadProject("."); err != nil {
-			return nil, nil, err
-		}
+	p, err := findProject(f.dir)
+	if err != nil {
+		return nil, nil, err
 	}
 	name, storage := f.agent, f.storage
 	if p.file != nil {
@@ -202,7 +196,10 @@ func listDeadLetters(ctx context.Context, w io.Writer, l *ledger.Ledger, session
 		}
 		lastErr := d.LastError
 		if lastErr == "" {
-			lastErr = "-"
+			// The ledger records an attempt's error with its next write: a
+			// host that stopped during the attempt (or just after it) left
+			// none.
+			lastErr = noErrorRecorded
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", printableKey(d.SessionID), printableKey(d.EventID), d.Attempts,
 			d.At.UTC().Format(time.RFC3339), clipText(oneLineText(lastErr), 200))
@@ -220,6 +217,10 @@ func listDeadLetters(ctx context.Context, w io.Writer, l *ledger.Ledger, session
 	}
 	return nil
 }
+
+// noErrorRecorded is the LAST ERROR of a dead letter whose attempts left
+// no error in the ledger.
+const noErrorRecorded = "none recorded: the host stopped during the attempt, before it could record one (a crash, a kill or a lost lease)"
 
 // oneLineText folds line breaks and tabs into spaces, so a table row stays
 // one line.

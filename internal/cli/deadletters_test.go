@@ -26,8 +26,8 @@ func poisonLedger(t *testing.T, url, agent string, poison *atomic.Bool) (*ledger
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := ledger.Open(ledger.Options{
-		Store: db, Agent: agent, Lease: time.Second, MaxAttempts: 2,
+	l, err := ledger.Open(ledger.Options{Tuning: ledger.Tuning{Lease: time.Second, MaxAttempts: 2},
+		Store: db, Agent: agent,
 		Logger: slog.New(slog.DiscardHandler),
 		Handler: func(ctx context.Context, tn *ledger.Turn) error {
 			if poison.Load() && bytes.Contains(tn.Event.Payload, []byte("poison")) {
@@ -120,8 +120,9 @@ func TestDeadLettersCommand(t *testing.T) {
 	// replay: the command holds no session, so the message waits,
 	// pending with its attempts reset, for a serving host.
 	r = run(t, dir, nil, "", "deadletters", "replay", "--storage", url, "--agent", "shop", "s1", "e1")
-	if r.code != 0 || !strings.Contains(r.stdout, "replayed") || !strings.Contains(r.stdout, "janitor") {
-		t.Fatalf("replay: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	if r.code != 0 || !strings.Contains(r.stdout, "replayed: event e1 is back at the end of session s1's inbox (inbox sequence number ") ||
+		!strings.Contains(r.stdout, "janitor") || strings.Contains(r.stdout, "position") {
+		t.Fatalf("replay: exit %d, stdout %q, stderr %q; want it back at the end of the inbox, by sequence number, not a position", r.code, r.stdout, r.stderr)
 	}
 	if r = run(t, dir, nil, "", "deadletters", "ls", "--storage", url, "--agent", "shop"); r.code != 0 || r.stdout != "no dead letters\n" {
 		t.Fatalf("ls after the replay: exit %d, stdout %q; want none", r.code, r.stdout)
@@ -140,6 +141,63 @@ func TestDeadLettersCommand(t *testing.T) {
 	turn, err := l.Await(ctx, "s1", "e1")
 	if err != nil || string(turn.Output[0]) != `{"message":"poison one"}` {
 		t.Fatalf("the replayed event's turn: %+v, %v", turn, err)
+	}
+}
+
+// TestDeadLetterOfAStoppedHostSaysNoErrorWasRecorded: a host stops
+// (here: closes, canceling the turn) during the only attempt of a message;
+// another host dead-letters it with no error in the ledger, and ls says
+// so instead of showing a bare "-".
+func TestDeadLetterOfAStoppedHostSaysNoErrorWasRecorded(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	url := "sqlite:" + filepath.Join(dir, "store.db")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	open := func(h ledger.Handler) (*ledger.Ledger, *kv.DB) {
+		db, err := kv.Open(ctx, url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, err := ledger.Open(ledger.Options{Tuning: ledger.Tuning{Lease: time.Second, MaxAttempts: 1}, Store: db, Agent: "shop", Logger: slog.New(slog.DiscardHandler), Handler: h})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l, db
+	}
+	entered := make(chan struct{})
+	l1, db1 := open(func(ctx context.Context, tn *ledger.Turn) error {
+		close(entered)
+		<-ctx.Done() // the host stops mid-turn
+		return ctx.Err()
+	})
+	if _, err := l1.Deliver(ctx, "s1", ledger.Event{ID: "e1", Payload: json.RawMessage(`{"message":"hello"}`)}); err != nil {
+		t.Fatal(err)
+	}
+	<-entered
+	stopCtx, stopNow := context.WithCancel(ctx)
+	stopNow()
+	l1.Close(stopCtx) // cancels the turn at once
+	db1.Close()
+
+	l2, db2 := open(func(ctx context.Context, tn *ledger.Turn) error {
+		_, err := tn.Commit(ctx, []json.RawMessage{tn.Event.Payload})
+		return err
+	})
+	go l2.Run(ctx)
+	if _, err := l2.Await(ctx, "s1", "e1"); !errors.Is(err, ledger.ErrDeadLettered) {
+		t.Fatalf("the message of the stopped host: %v; want it dead-lettered (its one attempt was spent)", err)
+	}
+	l2.Close(ctx)
+	db2.Close()
+
+	r := run(t, dir, nil, "", "deadletters", "ls", "--storage", url, "--agent", "shop")
+	lines := strings.Split(strings.TrimRight(r.stdout, "\n"), "\n")
+	if r.code != 0 || len(lines) != 2 || !strings.HasSuffix(lines[1], "none recorded: the host stopped during the attempt, before it could record one (a crash, a kill or a lost lease)") {
+		t.Fatalf("deadletters ls: exit %d, stdout %q, stderr %q; want one row saying no error was recorded and why", r.code, r.stdout, r.stderr)
+	}
+	if f := strings.Fields(lines[1]); f[0] != "s1" || f[1] != "e1" || f[2] != "1" {
+		t.Errorf("the row %q; want s1 e1 with 1 attempt", lines[1])
 	}
 }
 

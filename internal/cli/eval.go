@@ -83,16 +83,9 @@ func runEval(e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	p := &project{}
-	switch {
-	case dir != "":
-		if p, err = loadProject(dir); err != nil {
-			return err
-		}
-	case hasProject("."):
-		if p, err = loadProject("."); err != nil {
-			return err
-		}
+	p, err := findProject(dir)
+	if err != nil {
+		return err
 	}
 	if p.file != nil {
 		// A fresh embedded store unless --storage names one: never the

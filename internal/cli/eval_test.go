@@ -105,6 +105,8 @@ func TestEvalRefusesABadCasesFile(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	os.WriteFile(filepath.Join(dir, "cases.jsonl"), []byte(`{"name": "a", "input": "x"}`+"\n"+`{"name": "b", "input": "y", "expect": {"regex": "y"}}`+"\n"), 0o644)
+	os.WriteFile(filepath.Join(dir, "empty.jsonl"), nil, 0o644)
+	os.WriteFile(filepath.Join(dir, "typed.jsonl"), []byte(`{"name": "a", "input": "x", "expect": "x"}`+"\n"), 0o644)
 	for _, c := range []struct {
 		args []string
 		want string
@@ -113,6 +115,8 @@ func TestEvalRefusesABadCasesFile(t *testing.T) {
 		{[]string{"eval"}, "eval needs a cases file"},
 		{[]string{"eval", "missing.jsonl"}, "missing.jsonl does not exist"},
 		{[]string{"eval", "--concurrency", "0", "cases.jsonl"}, "--concurrency 0: use 1 to 64"},
+		{[]string{"eval", "empty.jsonl"}, "agentkit: empty.jsonl: no cases: it is empty; write one JSON object per line, such as {"},
+		{[]string{"eval", "typed.jsonl"}, "agentkit: typed.jsonl:1: not a case: expect: expected an object, found a JSON string\n"},
 	} {
 		r := run(t, dir, nil, "", c.args...)
 		if r.code != 2 || !strings.Contains(r.stderr, c.want) {

@@ -86,7 +86,7 @@ func TestFailoverKeepsEveryAcknowledgedTurn(t *testing.T) {
 	if got := messages(t, d, s.SessionID); got != "one on A|two on B|three on A|four on C|five on A" {
 		t.Errorf("the store's session: %q", got)
 	}
-	if !strings.Contains(a.stderr.String(), "kept here as a fork") {
+	if !strings.Contains(a.stderr.String(), "recorded in a turn.forked event") {
 		t.Error("A did not log its fork")
 	}
 

@@ -182,7 +182,7 @@ func openStore(ctx context.Context, f kvFlags, readOnly bool) (*kv.DB, error) {
 			if readOnly {
 				return nil, fmt.Errorf("no store at %s yet (the embedded default of state root %s); pass --storage URL, or --state-root of a served agent", path, f.stateRoot)
 			}
-			if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			if err := os.MkdirAll(filepath.Dir(path), stateroot.DirPerm); err != nil {
 				return nil, err
 			}
 		}

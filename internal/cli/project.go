@@ -15,8 +15,8 @@ import (
 
 	"agentkit/agent"
 	"agentkit/config"
+	hostedclient "agentkit/hosted/client"
 	"agentkit/kv"
-	"agentkit/kv/hostedkv"
 	"agentkit/memory"
 	"agentkit/model"
 )
@@ -49,6 +49,20 @@ func loadProject(dir string) (*project, error) {
 		return nil, usagef("%s", strings.TrimPrefix(err.Error(), "config: "))
 	}
 	return &project{file: f, dir: f.Dir}, nil
+}
+
+// findProject returns the project of a command that runs in a project
+// folder when there is one: DIR/agentkit.yaml when --dir names a folder
+// (an error when it has none), else the current folder's agentkit.yaml
+// when there is one, else the built-in agent (a project without a file).
+func findProject(dir string) (*project, error) {
+	switch {
+	case dir != "":
+		return loadProject(dir)
+	case hasProject("."):
+		return loadProject(".")
+	}
+	return &project{}, nil
 }
 
 // hasProject reports whether dir holds an agentkit.yaml.
@@ -104,10 +118,10 @@ func (p *project) runtimeConfig(ctx context.Context, serving, storage string) (a
 		closeStore = func() { db.Close() }
 		// A hosted store (agentkit+http(s)) brings its native eval and A/B
 		// tables and keeps the memory journal across redeploys.
-		if evals, abs, ok := hostedkv.Tables(db); ok {
+		if evals, abs, ok := hostedclient.Tables(db); ok {
 			rc.Evals, rc.ABs = evals, abs
 		}
-		if mem, ok := hostedkv.NewMemory(db); ok && !rc.Memory.Off && rc.Memory.Backend == nil {
+		if mem, ok := hostedclient.NewMemory(db); ok && !rc.Memory.Off && rc.Memory.Backend == nil {
 			rc.Memory.Backend = mem
 			closeStore = func() { mem.Close(); db.Close() }
 		}

@@ -52,16 +52,9 @@ func runRun(e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	p := &project{}
-	switch {
-	case dir != "":
-		if p, err = loadProject(dir); err != nil {
-			return err
-		}
-	case hasProject("."):
-		if p, err = loadProject("."); err != nil {
-			return err
-		}
+	p, err := findProject(dir)
+	if err != nil {
+		return err
 	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

@@ -25,7 +25,8 @@ func init() {
 }
 
 const serveUsage = `serve [--dir DIR] [--state-root DIR] [--addr HOST:PORT] [--storage URL]
-       [--serving local|ledger] [--auth-token T] [--insecure] [flags]
+       [--serving local|ledger] [--auth-token T] [--insecure]
+       [--allowed-hosts H,...] [flags]
 
 Serves the agent defined by DIR/agentkit.yaml until SIGINT or SIGTERM, then
 finishes running turns and exits. The first line on standard output is
@@ -43,7 +44,7 @@ type serveFlags struct {
 	shutdownTimeout                                   time.Duration
 	timeouts                                          timeoutFlags
 	logFormat, logLevel                               string
-	corsOrigins                                       string
+	corsOrigins, allowedHosts                         string
 }
 
 func runServe(e *env, args []string, dev bool) error {
@@ -60,9 +61,10 @@ func runServe(e *env, args []string, dev bool) error {
 	fs.StringVar(&f.serving, "serving", "", "serving mode, overriding serving: in agentkit.yaml: local or ledger")
 	fs.StringVar(&f.authToken, "auth-token", "", fmt.Sprintf("bearer token every /v1/ route requires (empty: no auth; off loopback a token of at least %d bytes is required, unless --insecure)", server.MinAuthTokenLen))
 	if !dev {
-		fs.BoolVar(&f.insecure, "insecure", false, "allow a non-loopback --addr without --auth-token")
+		fs.BoolVar(&f.insecure, "insecure", false, "allow a non-loopback --addr without --auth-token (on every interface, only with --allowed-hosts)")
 	}
 	fs.StringVar(&f.corsOrigins, "cors-origins", "", "comma-separated origins of browser pages allowed to call the API, such as https://chat.example.com (overrides cors.origins in agentkit.yaml; default none)")
+	fs.StringVar(&f.allowedHosts, "allowed-hosts", "", "comma-separated names and addresses clients reach the server by, beyond localhost, 127.0.0.1 and [::1], such as agent.lan,192.0.2.10 (.example.com: a domain and the names under it); without --auth-token other Host headers get 421 (overrides allowedHosts in agentkit.yaml)")
 	fs.Var(&f.maxBody, "max-body-bytes", "request body limit, such as 1MiB; larger bodies get 413")
 	fs.DurationVar(&f.shutdownTimeout, "shutdown-timeout", server.DefaultShutdownTimeout, "how long to let running turns finish after SIGINT or SIGTERM; then they are canceled and recorded as failed")
 	f.timeouts.register(fs)
@@ -98,15 +100,14 @@ func runServe(e *env, args []string, dev bool) error {
 		}
 		return usagef("%s: %s", flagName, strings.TrimPrefix(err.Error(), "server: "))
 	}
+	hosts := splitList(f.allowedHosts)
+	if err := server.CheckHostNames(hosts); err != nil {
+		return usagef("--allowed-hosts: %s", strings.TrimPrefix(err.Error(), "server: "))
+	}
 	if strings.ContainsAny(f.authToken, " \t\r\n") {
 		return usagef("--auth-token: the token contains white space; use printable characters without spaces")
 	}
-	var origins []string
-	for o := range strings.SplitSeq(f.corsOrigins, ",") {
-		if o = strings.TrimSpace(o); o != "" {
-			origins = append(origins, o)
-		}
-	}
+	origins := splitList(f.corsOrigins)
 	if err := server.CheckOrigins(origins); err != nil {
 		return usagef("--cors-origins: %s", strings.TrimPrefix(err.Error(), "server: "))
 	}
@@ -123,6 +124,12 @@ func runServe(e *env, args []string, dev bool) error {
 	}
 	if origins == nil {
 		origins = p.file.CORSOrigins
+	}
+	if hosts == nil {
+		hosts = p.file.AllowedHosts
+	}
+	if err := server.CheckAllowedHosts(f.addr, f.authToken, hosts); err != nil {
+		return usagef("--addr: %s", strings.TrimPrefix(err.Error(), "server: "))
 	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -146,6 +153,7 @@ func runServe(e *env, args []string, dev bool) error {
 			Version:      Version,
 			Logger:       log,
 			CORSOrigins:  origins,
+			AllowedHosts: hosts,
 			Evals:        server.EvalOptions{HistoryWindow: p.file.Evals.HistoryWindow, Heartbeat: p.file.Evals.Heartbeat},
 		},
 		Addr:            f.addr,
@@ -159,4 +167,16 @@ func runServe(e *env, args []string, dev bool) error {
 		return usagef("%v", err)
 	}
 	return err
+}
+
+// splitList splits a comma-separated flag value, dropping empty items; nil
+// for none.
+func splitList(v string) []string {
+	var out []string
+	for s := range strings.SplitSeq(v, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
 }

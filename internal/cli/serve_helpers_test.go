@@ -71,9 +71,7 @@ func startServing(t *testing.T, bin, dir string, env []string, args ...string) *
 // process exits before listening or does not listen within 90s.
 func launch(t *testing.T, bin, dir string, env []string, args ...string) (*proc, error) {
 	t.Helper()
-	cmd := exec.Command(bin, args...)
-	cmd.Dir = dir
-	cmd.Env = append(cleanEnv(), env...)
+	cmd := serveCommand(bin, dir, env, args...)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -128,6 +126,18 @@ func launch(t *testing.T, bin, dir string, env []string, args ...string) (*proc,
 			return nil, fmt.Errorf("%s %v did not print its address within 90s; stderr:\n%s", filepath.Base(bin), args, p.stderr.String())
 		}
 	}
+}
+
+// serveCommand is the command launch starts: bin with args in dir, in a
+// clean environment plus env. On Linux it is killed when the test process
+// dies (testenv.DieWithParent), so a test binary killed with SIGKILL, which
+// runs no cleanup, leaves no server behind.
+func serveCommand(bin, dir string, env []string, args ...string) *exec.Cmd {
+	cmd := exec.Command(bin, args...)
+	cmd.Dir = dir
+	cmd.Env = append(cleanEnv(), env...)
+	testenv.DieWithParent(cmd)
+	return cmd
 }
 
 // startServe runs agentkit with args (serve or dev and their flags).

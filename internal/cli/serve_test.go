@@ -487,8 +487,10 @@ func TestServeRefusals(t *testing.T) {
 			}
 		}
 	}
-	// --insecure serves a non-loopback address without a token.
-	p := startServe(t, dir, nil, "serve", "--addr", "0.0.0.0:0", "--insecure", "--state-root", t.TempDir())
+	// --insecure serves a non-loopback address without a token (on every
+	// interface, with the hosts clients use listed:
+	// TestServeOnEveryInterfaceNeedsAllowedHostsOrAToken).
+	p := startServe(t, dir, nil, "serve", "--addr", "0.0.0.0:0", "--insecure", "--allowed-hosts", "agent.lan", "--state-root", t.TempDir())
 	if p.stop(syscall.SIGTERM) != 0 {
 		t.Fatal("serve --insecure did not exit cleanly")
 	}

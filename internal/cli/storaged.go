@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"agentkit/hosted"
-	"agentkit/hosted/wire"
+	"agentkit/kv/hostedkv/wire"
 	"agentkit/server"
 )
 

@@ -66,6 +66,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"agentkit/internal/privfile"
 	"agentkit/kv"
 	"agentkit/kv/internal/driverkit"
 )
@@ -159,8 +160,9 @@ type store struct {
 }
 
 var (
-	_ kv.Store = (*store)(nil)
-	_ kv.CAS   = (*store)(nil)
+	_ kv.Store       = (*store)(nil)
+	_ kv.CAS         = (*store)(nil)
+	_ kv.AfterLister = (*store)(nil)
 )
 
 // open opens the store at dir. readOnly creates and writes nothing: the
@@ -210,6 +212,13 @@ func open(ctx context.Context, dir string, readOnly bool) (*store, error) {
 	if err := s.prepare(readOnly); err != nil {
 		lock.Close()
 		return nil, err
+	}
+	// The folder is a store's now (prepare checked it), so its own: made
+	// owner-only, it keeps every value the owner's alone, whatever the
+	// modes of files a copy or a restore left in it.
+	if err := privfile.Tighten(abs); err != nil {
+		lock.Close()
+		return nil, fmt.Errorf("filekv: %w", err)
 	}
 	return s, nil
 }

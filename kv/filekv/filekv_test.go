@@ -12,9 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"agentkit/internal/proctest"
 	"agentkit/internal/testenv"
 	"agentkit/kv"
-	"agentkit/kv/internal/proctest"
 	"agentkit/kv/kvtest"
 )
 

@@ -26,8 +26,14 @@ type found struct {
 // A key deleted after the walk is skipped; a key written after it may show
 // its newer value.
 func (s *store) List(ctx context.Context, prefix string) iter.Seq2[kv.Entry, error] {
+	return s.ListAfter(ctx, prefix, "")
+}
+
+// ListAfter is List without the keys at or before after: the walk still
+// visits the prefix's folders, but only the files of later keys are read.
+func (s *store) ListAfter(ctx context.Context, prefix, after string) iter.Seq2[kv.Entry, error] {
 	return func(yield func(kv.Entry, error) bool) {
-		keys, err := s.scan(ctx, prefix)
+		keys, err := s.scan(ctx, prefix, after)
 		if err != nil {
 			yield(kv.Entry{}, err)
 			return
@@ -63,8 +69,13 @@ func (s *store) readListed(ctx context.Context, rel string) ([]byte, error) {
 // ListKeys yields the keys under prefix in ascending bytewise order without
 // reading any file.
 func (s *store) ListKeys(ctx context.Context, prefix string) iter.Seq2[string, error] {
+	return s.ListKeysAfter(ctx, prefix, "")
+}
+
+// ListKeysAfter is ListKeys without the keys at or before after.
+func (s *store) ListKeysAfter(ctx context.Context, prefix, after string) iter.Seq2[string, error] {
 	return func(yield func(string, error) bool) {
-		keys, err := s.scan(ctx, prefix)
+		keys, err := s.scan(ctx, prefix, after)
 		if err != nil {
 			yield("", err)
 			return
@@ -81,8 +92,8 @@ func (s *store) ListKeys(ctx context.Context, prefix string) iter.Seq2[string, e
 	}
 }
 
-// scan collects the keys under prefix, sorted by key.
-func (s *store) scan(ctx context.Context, prefix string) ([]found, error) {
+// scan collects the keys under prefix that sort after after, sorted by key.
+func (s *store) scan(ctx context.Context, prefix, after string) ([]found, error) {
 	if err := s.enter(); err != nil {
 		return nil, err
 	}
@@ -102,6 +113,9 @@ func (s *store) scan(ctx context.Context, prefix string) ([]found, error) {
 	w := walker{s: s, ctx: ctx, prefix: prefix}
 	if err := w.walk(dirPath(full), base, ""); err != nil {
 		return nil, err
+	}
+	if after >= prefix {
+		w.out = slices.DeleteFunc(w.out, func(f found) bool { return f.key <= after })
 	}
 	slices.SortFunc(w.out, func(a, b found) int { return strings.Compare(a.key, b.key) })
 	return w.out, nil

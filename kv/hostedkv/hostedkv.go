@@ -28,10 +28,13 @@
 //
 // # Native tables and memory
 //
-// A *Store also serves the service's native eval-run and A/B tables
-// (Tables, for storage.Config's Evals and ABs) and a memory backend that
-// keeps the memory journal in the service, so it survives a redeploy
-// (NewMemory).
+// A *Store also speaks to the service's native eval-run and A/B tables and
+// its memory journal, in the protocol's terms (PutEvalRun, PutABSample,
+// AppendMemory, …). Package hosted/client binds them to the runtime:
+// client.Tables for storage.Config's Evals and ABs, client.NewMemory for a
+// memory backend that keeps the journal in the service, so it survives a
+// redeploy. The driver imports nothing of agentkit but kv and the
+// protocol's leaf package, kv/hostedkv/wire.
 package hostedkv
 
 import (
@@ -51,8 +54,8 @@ import (
 	"strings"
 	"time"
 
-	"agentkit/hosted/wire"
 	"agentkit/kv"
+	"agentkit/kv/hostedkv/wire"
 )
 
 // Defaults of Options.
@@ -105,8 +108,9 @@ type Options struct {
 }
 
 // Store is the driver's backend for one namespace: the kv core and CAS
-// group, the native tables (EvalTable, ABTable) and the memory journal
-// (NewMemory). (*kv.DB).Backend returns it. It is safe for concurrent use.
+// group, the native eval-run and A/B tables and the memory journal (see
+// package hosted/client for them as the runtime's tables and memory
+// backend). (*kv.DB).Backend returns it. It is safe for concurrent use.
 type Store struct {
 	base     string // scheme://host[:port]
 	ns       string

@@ -15,9 +15,9 @@ import (
 	"time"
 
 	"agentkit/hosted"
+	"agentkit/internal/proctest"
 	"agentkit/internal/testenv/pgtest"
 	"agentkit/kv"
-	"agentkit/kv/internal/proctest"
 	"agentkit/kv/kvtest"
 )
 

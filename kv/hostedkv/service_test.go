@@ -24,11 +24,11 @@ import (
 
 	"agentkit/hosted"
 	"agentkit/internal/cli"
+	"agentkit/internal/proctest"
 	"agentkit/internal/testenv"
 	"agentkit/internal/testenv/redistest"
 	"agentkit/kv"
 	"agentkit/kv/hostedkv"
-	"agentkit/kv/internal/proctest"
 	_ "agentkit/kv/memkv"  // mem:// backends of the generic storaged
 	_ "agentkit/kv/natskv" // nats:// backends of the generic storaged
 )

@@ -7,114 +7,82 @@ import (
 	"iter"
 	"net/http"
 	"net/url"
+	"strconv"
 
-	"agentkit/hosted/wire"
-	"agentkit/kv"
-	"agentkit/storage"
+	"agentkit/kv/hostedkv/wire"
 )
 
-// Tables returns the storage service's native eval-run and A/B tables when
-// db was opened by this driver, for storage.Config's Evals and ABs:
-//
-//	if evals, abs, ok := hostedkv.Tables(db); ok {
-//		cfg.Evals, cfg.ABs = evals, abs
-//	}
-//
-// The A/B table also implements storage.ABSnapshotter. ok is false for a
-// store of another driver.
-func Tables(db *kv.DB) (storage.EvalTable, storage.ABTable, bool) {
-	s, ok := storeOf(db)
-	if !ok {
-		return nil, nil, false
+// The service keeps three native resources beside each namespace's keys:
+// an eval-run table, an A/B table (samples and a snapshot) and a memory
+// journal for each agent (docs/hosted-protocol.md). The methods below
+// speak to them in the protocol's terms; package hosted/client binds them
+// to the runtime (storage's EvalTable and ABTable, memory's
+// MemoryBackend), so the driver imports nothing of the runtime.
+
+var jsonType = map[string]string{"Content-Type": wire.ContentJSON}
+
+// PutEvalRun stores the snapshot of eval run runID of agent, a JSON
+// document, replacing a run of the same id.
+func (s *Store) PutEvalRun(ctx context.Context, agent, runID string, snapshot json.RawMessage) error {
+	if !json.Valid(snapshot) {
+		return fmt.Errorf("hostedkv: eval run %q: the snapshot is not a JSON document", runID)
 	}
-	return s.EvalTable(), s.ABTable(), true
+	return s.expect(ctx, call{method: http.MethodPut, resource: "evals", write: true,
+		query: url.Values{"agent": {agent}, "run": {runID}}, body: snapshot, headers: jsonType},
+		http.StatusNoContent, "put eval run "+runID)
 }
 
-func storeOf(db *kv.DB) (*Store, bool) {
-	if db == nil {
-		return nil, false
-	}
-	s, ok := db.Backend().(*Store)
-	return s, ok
-}
-
-// EvalTable returns the namespace's native eval-run table.
-func (s *Store) EvalTable() storage.EvalTable { return evalTable{s} }
-
-// ABTable returns the namespace's native A/B table, which also keeps the
-// snapshot (storage.ABSnapshotter).
-func (s *Store) ABTable() storage.ABTable { return abTable{s} }
-
-// evalTable is storage.EvalTable over the service's eval_runs table.
-type evalTable struct{ s *Store }
-
-var _ storage.EvalTable = evalTable{}
-
-func (t evalTable) PutRun(ctx context.Context, run storage.EvalRun) error {
-	if !json.Valid(run.Snapshot) {
-		return fmt.Errorf("hostedkv: eval run %q: the snapshot is not a JSON document", run.ID)
-	}
-	return t.s.expect(ctx, call{method: http.MethodPut, resource: "evals", write: true,
-		query: url.Values{"agent": {run.Agent}, "run": {run.ID}}, body: run.Snapshot, headers: jsonType},
-		http.StatusNoContent, "put eval run "+run.ID)
-}
-
-func (t evalTable) DeleteRun(ctx context.Context, agent, runID string) error {
-	return t.s.expect(ctx, call{method: http.MethodDelete, resource: "evals", write: true,
+// DeleteEvalRun removes eval run runID of agent; a missing run is not an
+// error.
+func (s *Store) DeleteEvalRun(ctx context.Context, agent, runID string) error {
+	return s.expect(ctx, call{method: http.MethodDelete, resource: "evals", write: true,
 		query: url.Values{"agent": {agent}, "run": {runID}}}, http.StatusNoContent, "delete eval run "+runID)
 }
 
-func (t evalTable) ListRuns(ctx context.Context, agent string) iter.Seq2[storage.EvalRun, error] {
-	return func(yield func(storage.EvalRun, error) bool) {
+// EvalRuns yields the eval runs of agent in ascending run id order, page
+// by page.
+func (s *Store) EvalRuns(ctx context.Context, agent string) iter.Seq2[wire.EvalRun, error] {
+	return func(yield func(wire.EvalRun, error) bool) {
 		q := url.Values{"agent": {agent}}
-		for l, err := range t.s.pages(ctx, "evals", q, "", func(l *line) string { return *l.RunID }) {
+		for l, err := range s.pages(ctx, "evals", q, "", func(l *line) string { return *l.RunID }) {
 			if err != nil {
-				yield(storage.EvalRun{}, fmt.Errorf("hostedkv: list eval runs: %w", err))
+				yield(wire.EvalRun{}, fmt.Errorf("hostedkv: list eval runs: %w", err))
 				return
 			}
-			if !yield(storage.EvalRun{Agent: agent, ID: *l.RunID, Snapshot: l.Snapshot}, nil) {
+			if !yield(wire.EvalRun{RunID: *l.RunID, Snapshot: l.Snapshot}, nil) {
 				return
 			}
 		}
 	}
 }
 
-// abTable is storage.ABTable and storage.ABSnapshotter over the service's
-// ab_samples and ab_snapshots tables.
-type abTable struct{ s *Store }
-
-var (
-	_ storage.ABTable       = abTable{}
-	_ storage.ABSnapshotter = abTable{}
-)
-
-var jsonType = map[string]string{"Content-Type": wire.ContentJSON}
-
-// PutSample appends one sample. The table is keyed by agent, experiment,
-// session and time, so a resent sample is stored once.
-func (t abTable) PutSample(ctx context.Context, x storage.ABSample) error {
-	body, err := json.Marshal(wire.ABSample{Agent: x.Agent, Experiment: x.Experiment, Variant: x.Variant,
-		SessionID: x.SessionID, At: x.At, Metrics: x.Metrics})
+// PutABSample appends one A/B sample. The table is keyed by agent,
+// experiment, session and time, so a resent sample is stored once.
+func (s *Store) PutABSample(ctx context.Context, x wire.ABSample) error {
+	body, err := json.Marshal(x)
 	if err != nil {
 		return fmt.Errorf("hostedkv: encode the A/B sample: %w", err)
 	}
-	return t.s.expect(ctx, call{method: http.MethodPost, resource: "ab-samples", write: true, body: body, headers: jsonType},
+	return s.expect(ctx, call{method: http.MethodPost, resource: "ab-samples", write: true, body: body, headers: jsonType},
 		http.StatusNoContent, "put A/B sample")
 }
 
-func (t abTable) PutSnapshot(ctx context.Context, agent string, snapshot json.RawMessage) error {
-	return t.s.expect(ctx, call{method: http.MethodPut, resource: "ab-snapshot", write: true,
+// PutABSnapshot replaces the A/B snapshot of agent, a JSON document.
+func (s *Store) PutABSnapshot(ctx context.Context, agent string, snapshot json.RawMessage) error {
+	return s.expect(ctx, call{method: http.MethodPut, resource: "ab-snapshot", write: true,
 		query: url.Values{"agent": {agent}}, body: snapshot, headers: jsonType}, http.StatusNoContent, "put A/B snapshot")
 }
 
-func (t abTable) GetSnapshot(ctx context.Context, agent string) (json.RawMessage, error) {
-	resp, err := t.s.do(ctx, call{method: http.MethodGet, resource: "ab-snapshot", query: url.Values{"agent": {agent}}})
+// ABSnapshot returns the A/B snapshot of agent, or an error matching
+// kv.ErrNotFound when there is none.
+func (s *Store) ABSnapshot(ctx context.Context, agent string) (json.RawMessage, error) {
+	resp, err := s.do(ctx, call{method: http.MethodGet, resource: "ab-snapshot", query: url.Values{"agent": {agent}}})
 	if err != nil {
 		return nil, fmt.Errorf("hostedkv: get A/B snapshot: %w", err)
 	}
 	defer drain(resp)
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("hostedkv: get A/B snapshot: %w", t.s.errorFrom(resp))
+		return nil, fmt.Errorf("hostedkv: get A/B snapshot: %w", s.errorFrom(resp))
 	}
 	b, err := readBody(resp)
 	if err != nil {
@@ -122,6 +90,36 @@ func (t abTable) GetSnapshot(ctx context.Context, agent string) (json.RawMessage
 	}
 	return b, nil
 }
+
+// AppendMemory appends record, one JSON object, to the memory journal of
+// agent. The write carries a request id, so a resent append is stored
+// once.
+func (s *Store) AppendMemory(ctx context.Context, agent string, record json.RawMessage) error {
+	return s.expect(ctx, call{method: http.MethodPost, resource: "memory", write: true,
+		query: url.Values{"agent": {agent}}, body: record, headers: jsonType}, http.StatusOK, "memory: append")
+}
+
+// MemoryRecords yields the records of agent's memory journal whose
+// sequence number is past after (0: from the first), in order, page by
+// page (PageSize lines a page).
+func (s *Store) MemoryRecords(ctx context.Context, agent string, after int64) iter.Seq2[wire.MemoryLine, error] {
+	return func(yield func(wire.MemoryLine, error) bool) {
+		q := url.Values{"agent": {agent}}
+		for l, err := range s.pages(ctx, "memory", q, strconv.FormatInt(after, 10), func(l *line) string { return strconv.FormatInt(*l.Seq, 10) }) {
+			if err != nil {
+				yield(wire.MemoryLine{}, err)
+				return
+			}
+			if !yield(wire.MemoryLine{Seq: *l.Seq, Record: l.Record}, nil) {
+				return
+			}
+		}
+	}
+}
+
+// PageSize is how many lines one listing page holds: Options.PageSize,
+// capped at the service's page limit.
+func (s *Store) PageSize() int { return s.page }
 
 // expect sends c and checks the answer's status.
 func (s *Store) expect(ctx context.Context, c call, want int, what string) error {

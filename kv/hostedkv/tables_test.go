@@ -17,13 +17,17 @@ import (
 	"github.com/jackc/pgx/v5"
 	_ "modernc.org/sqlite"
 
+	"agentkit/hosted/client"
 	"agentkit/kv"
-	"agentkit/kv/hostedkv"
 	"agentkit/kv/memkv"
 	"agentkit/memory"
 	"agentkit/model"
 	"agentkit/storage"
 )
+
+// The tests of package hosted/client (the native tables and the memory
+// backend bound to the runtime) live here, beside the fixture that runs a
+// real storaged; a test file may import upwards, the driver itself never.
 
 // backendCase is a storaged backend and a way to count rows in its tables.
 type backendCase struct {
@@ -99,11 +103,11 @@ func TestNativeTables(t *testing.T) {
 			defer db.Close()
 			ctx := t.Context()
 
-			evals, abs, ok := hostedkv.Tables(db)
+			evals, abs, ok := client.Tables(db)
 			if !ok {
 				t.Fatal("Tables: not a hosted store")
 			}
-			if _, _, ok := hostedkv.Tables(memkv.New()); ok {
+			if _, _, ok := client.Tables(memkv.New()); ok {
 				t.Fatal("Tables answered ok for a memory store")
 			}
 			// The runtime's view: storage.Define with the native tables.
@@ -184,7 +188,7 @@ func TestNativeTables(t *testing.T) {
 			ns2, token2 := svc.namespace(t)
 			db2 := svc.open(t, ns2, token2, nil)
 			defer db2.Close()
-			e2, _, _ := hostedkv.Tables(db2)
+			e2, _, _ := client.Tables(db2)
 			for r, err := range e2.ListRuns(ctx, "support") {
 				t.Fatalf("another namespace lists run %+v (%v)", r, err)
 			}
@@ -207,7 +211,7 @@ func testMemoryKeptAcrossHosts(t *testing.T, backend string) {
 	rootA := t.TempDir()
 	dbA := svc.open(t, ns, token, nil)
 	defer dbA.Close()
-	memA, ok := hostedkv.NewMemory(dbA)
+	memA, ok := client.NewMemory(dbA)
 	if !ok {
 		t.Fatal("NewMemory: not a hosted store")
 	}
@@ -235,7 +239,7 @@ func testMemoryKeptAcrossHosts(t *testing.T, backend string) {
 	rootB := t.TempDir()
 	dbB := svc.open(t, ns, token, nil)
 	defer dbB.Close()
-	memB, _ := hostedkv.NewMemory(dbB)
+	memB, _ := client.NewMemory(dbB)
 	defer memB.Close()
 	hookB, _ := memory.NewHook(memory.Info{StateRoot: rootB, AgentName: "support"}, &memory.Options{Backend: memB})
 	hookB.PrepareSession(ctx, "b-session")

@@ -14,8 +14,8 @@ import (
 	"syscall"
 	"time"
 
-	"agentkit/hosted/wire"
 	"agentkit/kv"
+	"agentkit/kv/hostedkv/wire"
 )
 
 // call is one protocol request, sent again on retryable failures.

@@ -27,6 +27,7 @@ func storeChecks() []check {
 		{"ListYieldsCurrentValues", "List yields each key with its current value", needList, checkListValues},
 		{"ListEmptyPrefixIsNamespaceOnly", "the empty prefix lists everything in the store's namespace and nothing else", needKeys, checkListNamespace},
 		{"ListManyKeys", "List and ListKeys return every key that starts with the prefix, in ascending bytewise order, each exactly once, with many keys and nested prefixes", needKeys, checkListMany},
+		{"ListAfterStartsAfterThePoint", "ListAfter and ListKeysAfter yield what List and ListKeys would, minus the keys at or before the point, whether the point is a stored key or not, and paging by them visits every key once even when the page's last key is deleted between pages", needKeys, checkListAfter},
 		{"ListSeesKeysDespiteConcurrentWrites", "a key that existed before List began and was not deleted during it is returned, while other goroutines write", needKeys, checkListConcurrent},
 		{"EncoderCharacterKeys", "keys using every character the key encoder emits (letters, digits, - _ . ! ~ * ' ( ) % / :) are stored, read back and listed apart", needKeys, checkWeirdKeys},
 		{"PathLikeKeysKeptApart", "x and x/y, a/, a/b, a/bc and ab are distinct keys that can all exist at once", needRead, checkKeysApart},
@@ -355,6 +356,109 @@ func checkListMany(t testing.TB, s *suite) {
 	}
 	put(t, db, "after-break", []byte("ok"))
 	wantKeys(t, "ListKeys(\"after\") after breaking out of a listing", listKeys(t, db, "after"), []string{"after-break"})
+}
+
+// afterKeys are the keys of the start-after check: nested prefixes,
+// multi-byte runes and characters that sort around '/'.
+var afterKeys = []string{
+	"la/", "la/-", "la/.", "la/0", "la/a", "la/a/", "la/a/b", "la/a/b/c", "la/a~",
+	"la/aa", "la/b", "la/b/a", "la/z", "la/~", "la/\u00e9", "la/\u00e9/x", "la/\u4e16", "la/\U0001F600",
+}
+
+func checkListAfter(t testing.TB, s *suite) {
+	db := s.store(t)
+	ctx := t.Context()
+	putAll(t, db, shuffled(afterKeys), valueFor)
+	put(t, db, "la", []byte("the prefix without its slash"))
+	put(t, db, "lb/a", []byte("outside"))
+	put(t, db, "l", []byte("outside"))
+
+	points := []string{"", "a", "l", "la", "la/", "la/\x01", "la/a0", "la/a/a", "la/a/b/", "la/b/", "la/\u00e9\u00e9",
+		"la/\U0010FFFF", "la0", "lb", "lb/a", "z"}
+	for _, k := range afterKeys {
+		r := []rune(k)
+		points = append(points, k, string(r[:len(r)-1])+"\x01")
+	}
+	for _, prefix := range []string{"la/", "la/a", "la/a/", ""} {
+		all := listKeys(t, db, prefix)
+		for _, after := range points {
+			var want []string
+			for _, k := range all {
+				if k > after {
+					want = append(want, k)
+				}
+			}
+			what := fmt.Sprintf("ListKeysAfter(%q, %q)", prefix, after)
+			var got []string
+			for k, err := range db.ListKeysAfter(ctx, prefix, after) {
+				if err != nil {
+					t.Fatalf("%s failed after %d keys: %v", what, len(got), err)
+				}
+				got = append(got, k)
+			}
+			if !slices.Equal(got, want) {
+				t.Errorf("%s: %s", what, diffKeys(got, want))
+			}
+			if !s.caps.List {
+				continue
+			}
+			what = fmt.Sprintf("ListAfter(%q, %q)", prefix, after)
+			got = got[:0]
+			for e, err := range db.ListAfter(ctx, prefix, after) {
+				if err != nil {
+					t.Fatalf("%s failed after %d entries: %v", what, len(got), err)
+				}
+				got = append(got, e.Key)
+				if strings.HasPrefix(e.Key, "la/") && !bytesEqual(e.Value, valueFor(e.Key)) {
+					t.Errorf("%s yielded %q with %s, want %s", what, e.Key, describe(e.Value), describe(valueFor(e.Key)))
+				}
+			}
+			if !slices.Equal(got, want) {
+				t.Errorf("%s: %s", what, diffKeys(got, want))
+			}
+		}
+	}
+
+	// Paging: a page of three, then the next from the page's last key,
+	// which is deleted before every second page is asked for. Every key
+	// that was there all along is visited once, in order.
+	keys := make([]string, min(s.h.ManyKeys, 300))
+	for i := range keys {
+		keys[i] = fmt.Sprintf("pg/%05d", i)
+	}
+	putAll(t, db, shuffled(keys), valueFor)
+	var seen, deleted []string
+	after, pages := "", 0
+	for {
+		page := 0
+		for k, err := range db.ListKeysAfter(ctx, "pg/", after) {
+			if err != nil {
+				t.Fatalf("ListKeysAfter(%q, %q) on page %d: %v", "pg/", after, pages, err)
+			}
+			seen = append(seen, k)
+			after = k
+			if page++; page == 3 {
+				break
+			}
+		}
+		if page == 0 {
+			break
+		}
+		if pages++; pages%2 == 0 && s.caps.Delete {
+			if err := db.Delete(ctx, after); err != nil {
+				t.Fatalf("Delete(%q) between pages: %v", after, err)
+			}
+			deleted = append(deleted, after)
+		}
+		if pages > len(keys) {
+			t.Fatalf("paging %d keys by three took more than %d pages: the listing does not move past its point", len(keys), pages)
+		}
+	}
+	wantKeys(t, fmt.Sprintf("paging %d keys by ListKeysAfter, three at a time", len(keys)), seen, keys)
+	remaining := listKeys(t, db, "pg/")
+	if want := len(keys) - len(deleted); len(remaining) != want {
+		t.Errorf("after paging and deleting %d page ends, ListKeys(%q) has %d keys, want %d", len(deleted), "pg/", len(remaining), want)
+	}
 }
 
 func checkListConcurrent(t testing.TB, s *suite) {

@@ -130,12 +130,18 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 // List yields a consistent snapshot, taken when iteration starts, of the
 // entries under prefix in ascending key order.
 func (s *Store) List(ctx context.Context, prefix string) iter.Seq2[kv.Entry, error] {
+	return s.ListAfter(ctx, prefix, "")
+}
+
+// ListAfter is List without the keys at or before after. The snapshot
+// holds (and sorts) only the keys after the point.
+func (s *Store) ListAfter(ctx context.Context, prefix, after string) iter.Seq2[kv.Entry, error] {
 	return func(yield func(kv.Entry, error) bool) {
 		if err := ctx.Err(); err != nil {
 			yield(kv.Entry{}, err)
 			return
 		}
-		snap := s.snapshot(prefix)
+		snap := s.snapshot(prefix, after)
 		for _, e := range snap {
 			if err := ctx.Err(); err != nil {
 				yield(kv.Entry{}, err)
@@ -148,11 +154,11 @@ func (s *Store) List(ctx context.Context, prefix string) iter.Seq2[kv.Entry, err
 	}
 }
 
-func (s *Store) snapshot(prefix string) []kv.Entry {
+func (s *Store) snapshot(prefix, after string) []kv.Entry {
 	s.mu.RLock()
 	out := make([]kv.Entry, 0, 16)
 	for k, it := range s.data {
-		if strings.HasPrefix(k, prefix) {
+		if k > after && strings.HasPrefix(k, prefix) {
 			out = append(out, kv.Entry{Key: k, Value: slices.Clone(it.value)})
 		}
 	}
@@ -204,8 +210,14 @@ func (s *Store) PutIfVersion(ctx context.Context, key string, value []byte, expe
 
 // ListKeys yields the keys under prefix in ascending order.
 func (s *Store) ListKeys(ctx context.Context, prefix string) iter.Seq2[string, error] {
+	return s.ListKeysAfter(ctx, prefix, "")
+}
+
+// ListKeysAfter yields the keys under prefix that sort after after, in
+// ascending order.
+func (s *Store) ListKeysAfter(ctx context.Context, prefix, after string) iter.Seq2[string, error] {
 	return func(yield func(string, error) bool) {
-		for e, err := range s.List(ctx, prefix) {
+		for e, err := range s.ListAfter(ctx, prefix, after) {
 			if !yield(e.Key, err) || err != nil {
 				return
 			}

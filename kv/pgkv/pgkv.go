@@ -162,8 +162,9 @@ func newStatements(table string) statements {
 }
 
 var (
-	_ kv.Store = (*Store)(nil)
-	_ kv.CAS   = (*Store)(nil)
+	_ kv.Store       = (*Store)(nil)
+	_ kv.CAS         = (*Store)(nil)
+	_ kv.AfterLister = (*Store)(nil)
 )
 
 // Open connects to PostgreSQL and returns the store in opts.Table (nil opts
@@ -419,6 +420,12 @@ func (s *Store) PutIfVersion(ctx context.Context, key string, value []byte, expe
 // caller's loop body runs. Values over 64 KiB are read one at a time as they
 // are yielded; one deleted in the meantime is skipped.
 func (s *Store) List(ctx context.Context, prefix string) iter.Seq2[kv.Entry, error] {
+	return s.ListAfter(ctx, prefix, "")
+}
+
+// ListAfter is List from the first key after after: the first page's query
+// starts there on the primary key's index.
+func (s *Store) ListAfter(ctx context.Context, prefix, after string) iter.Seq2[kv.Entry, error] {
 	type row struct {
 		key   string
 		value []byte
@@ -433,7 +440,7 @@ func (s *Store) List(ctx context.Context, prefix string) iter.Seq2[kv.Entry, err
 		return page, err
 	}
 	return func(yield func(kv.Entry, error) bool) {
-		for page, err := range pages(ctx, s, prefix, s.sql.list, read, func(r row) string { return r.key }) {
+		for page, err := range pages(ctx, s, prefix, after, s.sql.list, read, func(r row) string { return r.key }) {
 			if err != nil {
 				yield(kv.Entry{}, err)
 				return
@@ -461,6 +468,11 @@ func (s *Store) List(ctx context.Context, prefix string) iter.Seq2[kv.Entry, err
 // ListKeys yields the keys under prefix in ascending bytewise order, paged
 // as List is.
 func (s *Store) ListKeys(ctx context.Context, prefix string) iter.Seq2[string, error] {
+	return s.ListKeysAfter(ctx, prefix, "")
+}
+
+// ListKeysAfter is ListKeys from the first key after after.
+func (s *Store) ListKeysAfter(ctx context.Context, prefix, after string) iter.Seq2[string, error] {
 	return func(yield func(string, error) bool) {
 		read := func(rows pgx.Rows, page []string) ([]string, error) {
 			var k string
@@ -470,7 +482,7 @@ func (s *Store) ListKeys(ctx context.Context, prefix string) iter.Seq2[string, e
 			})
 			return page, err
 		}
-		for page, err := range pages(ctx, s, prefix, s.sql.keys, read, func(k string) string { return k }) {
+		for page, err := range pages(ctx, s, prefix, after, s.sql.keys, read, func(k string) string { return k }) {
 			if err != nil {
 				yield("", err)
 				return
@@ -487,14 +499,21 @@ func (s *Store) ListKeys(ctx context.Context, prefix string) iter.Seq2[string, e
 // pages runs the keyset pagination shared by List and ListKeys: each query
 // reads up to PageSize+1 rows in key order after the previous page's last
 // key (the extra row only tells whether another page follows), and rows
-// past the prefix end the walk. read appends a query's rows to a page; the
+// past the prefix end the walk. The first page starts after from when from
+// sorts at or after the prefix. read appends a query's rows to a page; the
 // page slice is reused.
-func pages[T any](ctx context.Context, s *Store, prefix string, q pageQueries, read func(pgx.Rows, []T) ([]T, error), key func(T) string) iter.Seq2[[]T, error] {
+func pages[T any](ctx context.Context, s *Store, prefix, from string, q pageQueries, read func(pgx.Rows, []T) ([]T, error), key func(T) string) iter.Seq2[[]T, error] {
 	return func(yield func([]T, error) bool) {
 		upper, bounded := driverkit.PrefixEnd(prefix)
 		sql, after := q.first, prefix
 		if bounded {
 			sql = q.firstBounded
+		}
+		if from >= prefix {
+			sql, after = q.next, from
+			if bounded {
+				sql = q.nextBounded
+			}
 		}
 		var page []T
 		for {

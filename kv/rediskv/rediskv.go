@@ -114,8 +114,9 @@ type Store struct {
 }
 
 var (
-	_ kv.Store = (*Store)(nil)
-	_ kv.CAS   = (*Store)(nil)
+	_ kv.Store       = (*Store)(nil)
+	_ kv.CAS         = (*Store)(nil)
+	_ kv.AfterLister = (*Store)(nil)
 )
 
 // Open connects to Redis and returns the store under opts.Prefix (nil opts
@@ -352,8 +353,14 @@ func (s *Store) PutIfVersion(ctx context.Context, key string, value []byte, expe
 // deleted between the index read and the value fetch is skipped. One page of
 // values is in memory at a time: lower PageSize for stores of large values.
 func (s *Store) List(ctx context.Context, prefix string) iter.Seq2[kv.Entry, error] {
+	return s.ListAfter(ctx, prefix, "")
+}
+
+// ListAfter is List from the first key after after: the first index read
+// starts there.
+func (s *Store) ListAfter(ctx context.Context, prefix, after string) iter.Seq2[kv.Entry, error] {
 	return func(yield func(kv.Entry, error) bool) {
-		for page, err := range s.pages(ctx, prefix) {
+		for page, err := range s.pages(ctx, prefix, after) {
 			if err != nil {
 				yield(kv.Entry{}, err)
 				return
@@ -394,8 +401,13 @@ func (s *Store) List(ctx context.Context, prefix string) iter.Seq2[kv.Entry, err
 // ListKeys yields the keys under prefix in ascending bytewise order, read
 // from the index as List reads them.
 func (s *Store) ListKeys(ctx context.Context, prefix string) iter.Seq2[string, error] {
+	return s.ListKeysAfter(ctx, prefix, "")
+}
+
+// ListKeysAfter is ListKeys from the first key after after.
+func (s *Store) ListKeysAfter(ctx context.Context, prefix, after string) iter.Seq2[string, error] {
 	return func(yield func(string, error) bool) {
-		for page, err := range s.pages(ctx, prefix) {
+		for page, err := range s.pages(ctx, prefix, after) {
 			if err != nil {
 				yield("", err)
 				return
@@ -413,8 +425,9 @@ func (s *Store) ListKeys(ctx context.Context, prefix string) iter.Seq2[string, e
 // current spelling, Redis 6.2 and later) reads up to
 // PageSize+1 members after the previous page's last one (the extra member
 // only tells whether another page follows), bounded above by the prefix's
-// successor.
-func (s *Store) pages(ctx context.Context, prefix string) iter.Seq2[[]string, error] {
+// successor. The first read starts after from when from sorts at or after
+// the prefix.
+func (s *Store) pages(ctx context.Context, prefix, from string) iter.Seq2[[]string, error] {
 	return func(yield func([]string, error) bool) {
 		lo, hi := "-", "+"
 		if prefix != "" {
@@ -422,6 +435,9 @@ func (s *Store) pages(ctx context.Context, prefix string) iter.Seq2[[]string, er
 			if up, ok := driverkit.PrefixEnd(prefix); ok {
 				hi = "(" + up
 			}
+		}
+		if from != "" && from >= prefix {
+			lo = "(" + from
 		}
 		for {
 			page, err := s.client.ZRangeArgs(ctx, redis.ZRangeArgs{Key: s.index, Start: lo, Stop: hi, ByLex: true, Count: int64(s.pageSize + 1)}).Result()
@@ -447,7 +463,7 @@ func (s *Store) pages(ctx context.Context, prefix string) iter.Seq2[[]string, er
 // namespace only when no client still holds its versions. Keys written
 // during Drop may survive it.
 func (s *Store) Drop(ctx context.Context) error {
-	for page, err := range s.pages(ctx, "") {
+	for page, err := range s.pages(ctx, "", "") {
 		if err != nil {
 			return err
 		}

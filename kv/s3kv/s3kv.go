@@ -115,8 +115,9 @@ type Store struct {
 }
 
 var (
-	_ kv.Store = (*Store)(nil)
-	_ kv.CAS   = (*Store)(nil)
+	_ kv.Store       = (*Store)(nil)
+	_ kv.CAS         = (*Store)(nil)
+	_ kv.AfterLister = (*Store)(nil)
 )
 
 // Open returns the portable handle over a store in opts.Bucket under
@@ -747,6 +748,19 @@ func (s *Store) keys(ctx context.Context, prefix string) ([]string, error) {
 	return slices.Compact(out), nil
 }
 
+// keysAfter is keys without those at or before after.
+func (s *Store) keysAfter(ctx context.Context, prefix, after string) ([]string, error) {
+	keys, err := s.keys(ctx, prefix)
+	if err != nil || after < prefix {
+		return keys, err
+	}
+	i, found := slices.BinarySearch(keys, after)
+	if found {
+		i++
+	}
+	return keys[i:], nil
+}
+
 // longKey reads the key a bounded name's object carries, with a ranged
 // GetObject of its header; "" for an object that is gone, a tombstone, or
 // not one this driver wrote under that name.
@@ -777,8 +791,15 @@ func (s *Store) longKey(ctx context.Context, name string) (string, error) {
 // ListKeys yields the keys under prefix in ascending order. The listing is
 // sorted in memory, since object names do not keep key order.
 func (s *Store) ListKeys(ctx context.Context, prefix string) iter.Seq2[string, error] {
+	return s.ListKeysAfter(ctx, prefix, "")
+}
+
+// ListKeysAfter is ListKeys without the keys at or before after. Object
+// names do not keep key order, so the prefix's names are all listed; the
+// long-named objects' keys are read as for ListKeys.
+func (s *Store) ListKeysAfter(ctx context.Context, prefix, after string) iter.Seq2[string, error] {
 	return func(yield func(string, error) bool) {
-		keys, err := s.keys(ctx, prefix)
+		keys, err := s.keysAfter(ctx, prefix, after)
 		if err != nil {
 			yield("", err)
 			return
@@ -795,8 +816,15 @@ func (s *Store) ListKeys(ctx context.Context, prefix string) iter.Seq2[string, e
 // then the values, listWindow reads at a time, yielded in order. A key
 // deleted after it was listed is skipped.
 func (s *Store) List(ctx context.Context, prefix string) iter.Seq2[kv.Entry, error] {
+	return s.ListAfter(ctx, prefix, "")
+}
+
+// ListAfter is List without the keys at or before after: the names are
+// listed as for ListKeysAfter, and only the values after the point are
+// read, so paging through n keys reads each value once.
+func (s *Store) ListAfter(ctx context.Context, prefix, after string) iter.Seq2[kv.Entry, error] {
 	return func(yield func(kv.Entry, error) bool) {
-		keys, err := s.keys(ctx, prefix)
+		keys, err := s.keysAfter(ctx, prefix, after)
 		if err != nil {
 			yield(kv.Entry{}, err)
 			return

@@ -105,9 +105,10 @@ type Embedded struct {
 }
 
 var (
-	_ kv.Store   = (*Embedded)(nil)
-	_ kv.CAS     = (*Embedded)(nil)
-	_ kv.Batcher = (*Embedded)(nil)
+	_ kv.Store       = (*Embedded)(nil)
+	_ kv.CAS         = (*Embedded)(nil)
+	_ kv.AfterLister = (*Embedded)(nil)
+	_ kv.Batcher     = (*Embedded)(nil)
 )
 
 // NewEmbedded returns the store's operations on q.
@@ -245,13 +246,23 @@ func (e *Embedded) GetWithVersion(ctx context.Context, key string) ([]byte, kv.V
 // List yields the entries under prefix in key order, a page at a time;
 // each page is read whole before it is yielded.
 func (e *Embedded) List(ctx context.Context, prefix string) iter.Seq2[kv.Entry, error] {
-	return e.pages(ctx, prefix, true)
+	return e.pages(ctx, prefix, "", true)
+}
+
+// ListAfter is List from the first key after after.
+func (e *Embedded) ListAfter(ctx context.Context, prefix, after string) iter.Seq2[kv.Entry, error] {
+	return e.pages(ctx, prefix, after, true)
 }
 
 // ListKeys yields the keys under prefix in key order.
 func (e *Embedded) ListKeys(ctx context.Context, prefix string) iter.Seq2[string, error] {
+	return e.ListKeysAfter(ctx, prefix, "")
+}
+
+// ListKeysAfter is ListKeys from the first key after after.
+func (e *Embedded) ListKeysAfter(ctx context.Context, prefix, after string) iter.Seq2[string, error] {
 	return func(yield func(string, error) bool) {
-		for en, err := range e.pages(ctx, prefix, false) {
+		for en, err := range e.pages(ctx, prefix, after, false) {
 			if !yield(en.Key, err) || err != nil {
 				return
 			}
@@ -259,7 +270,7 @@ func (e *Embedded) ListKeys(ctx context.Context, prefix string) iter.Seq2[string
 	}
 }
 
-func (e *Embedded) pages(ctx context.Context, prefix string, withValue bool) iter.Seq2[kv.Entry, error] {
+func (e *Embedded) pages(ctx context.Context, prefix, from string, withValue bool) iter.Seq2[kv.Entry, error] {
 	return func(yield func(kv.Entry, error) bool) {
 		cols := "key"
 		if withValue {
@@ -267,6 +278,9 @@ func (e *Embedded) pages(ctx context.Context, prefix string, withValue bool) ite
 		}
 		end, bounded := driverkit.PrefixEnd(prefix)
 		after, first := prefix, true
+		if from >= prefix {
+			after, first = from, false
+		}
 		for {
 			q := "SELECT " + cols + " FROM kv WHERE key > ?1"
 			if first {

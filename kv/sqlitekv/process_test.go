@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"agentkit/internal/proctest"
 	"agentkit/kv"
-	"agentkit/kv/internal/proctest"
 )
 
 // Child roles. Each opens the database named by SQLITEKV_PATH.

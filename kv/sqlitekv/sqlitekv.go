@@ -61,6 +61,7 @@ import (
 	"modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
 
+	"agentkit/internal/privfile"
 	"agentkit/kv"
 	"agentkit/kv/internal/driverkit"
 )
@@ -184,8 +185,9 @@ type store struct {
 }
 
 var (
-	_ kv.Store = (*store)(nil)
-	_ kv.CAS   = (*store)(nil)
+	_ kv.Store       = (*store)(nil)
+	_ kv.CAS         = (*store)(nil)
+	_ kv.AfterLister = (*store)(nil)
 )
 
 const (
@@ -225,13 +227,21 @@ func open(ctx context.Context, path string, opts *Options) (*store, error) {
 		return nil, err
 	}
 	base := "file:" + escapePath(abs) + "?_busy_timeout=" + strconv.FormatInt(busy.Milliseconds(), 10) + "&_pragma=secure_delete(ON)" // deleted values are zeroed, not left in free space
+	// The file holds whatever the runtime stores (transcripts, tokens):
+	// it is created owner-only before SQLite opens it, so its -wal, -shm
+	// and -journal files are too, and an existing one is tightened.
 	if opts.ReadOnly {
 		if _, err := os.Stat(abs); err != nil {
 			return nil, fmt.Errorf("sqlitekv: no database at %s (opened read-only, so none was created): %w", abs, err)
 		}
+		if err := privfile.TightenSQLite(abs); err != nil {
+			return nil, fmt.Errorf("sqlitekv: %w", err)
+		}
 		base += "&mode=ro"
-	} else if err := os.MkdirAll(filepath.Dir(abs), 0o700); err != nil {
+	} else if err := os.MkdirAll(filepath.Dir(abs), privfile.DirPerm); err != nil {
 		return nil, fmt.Errorf("sqlitekv: create the database's folder: %w", err)
+	} else if err := privfile.CreateSQLite(abs); err != nil {
+		return nil, fmt.Errorf("sqlitekv: %w", err)
 	}
 
 	s := &store{path: abs, busyTimeout: busy, pageRows: listPage, keyPageRows: listKeysPage}
@@ -538,8 +548,14 @@ func (s *store) GetWithVersion(ctx context.Context, key string) ([]byte, kv.Vers
 // List yields the entries under prefix in ascending bytewise key order, a
 // page at a time.
 func (s *store) List(ctx context.Context, prefix string) iter.Seq2[kv.Entry, error] {
+	return s.ListAfter(ctx, prefix, "")
+}
+
+// ListAfter is List from the first key after after: the page queries
+// start there on the primary key's index.
+func (s *store) ListAfter(ctx context.Context, prefix, after string) iter.Seq2[kv.Entry, error] {
 	return func(yield func(kv.Entry, error) bool) {
-		for page, err := range s.pages(ctx, prefix, true, s.pageRows) {
+		for page, err := range s.pages(ctx, prefix, after, true, s.pageRows) {
 			if err != nil {
 				yield(kv.Entry{}, err)
 				return
@@ -555,8 +571,13 @@ func (s *store) List(ctx context.Context, prefix string) iter.Seq2[kv.Entry, err
 
 // ListKeys yields the keys under prefix in ascending bytewise order.
 func (s *store) ListKeys(ctx context.Context, prefix string) iter.Seq2[string, error] {
+	return s.ListKeysAfter(ctx, prefix, "")
+}
+
+// ListKeysAfter is ListKeys from the first key after after.
+func (s *store) ListKeysAfter(ctx context.Context, prefix, after string) iter.Seq2[string, error] {
 	return func(yield func(string, error) bool) {
-		for page, err := range s.pages(ctx, prefix, false, s.keyPageRows) {
+		for page, err := range s.pages(ctx, prefix, after, false, s.keyPageRows) {
 			if err != nil {
 				yield("", err)
 				return
@@ -575,8 +596,9 @@ func (s *store) ListKeys(ctx context.Context, prefix string) iter.Seq2[string, e
 // before it is yielded, so the caller may write to the store (or stop)
 // between entries without holding a read transaction open. A query asks
 // for one row more than a page, to know whether another page follows
-// without a query that finds nothing.
-func (s *store) pages(ctx context.Context, prefix string, withValue bool, size int) iter.Seq2[[]kv.Entry, error] {
+// without a query that finds nothing. The first page starts after from
+// when from sorts at or after the prefix, at the prefix otherwise.
+func (s *store) pages(ctx context.Context, prefix, from string, withValue bool, size int) iter.Seq2[[]kv.Entry, error] {
 	return func(yield func([]kv.Entry, error) bool) {
 		stmts := &s.keys
 		if withValue {
@@ -584,6 +606,9 @@ func (s *store) pages(ctx context.Context, prefix string, withValue bool, size i
 		}
 		end, bounded := driverkit.PrefixEnd(prefix)
 		after, next := prefix, 0
+		if from >= prefix {
+			after, next = from, 1
+		}
 		args := []any{after, size + 1}
 		if bounded {
 			args = append(args, end)

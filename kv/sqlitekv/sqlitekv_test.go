@@ -15,9 +15,9 @@ import (
 	"modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
 
+	"agentkit/internal/proctest"
 	"agentkit/internal/testenv"
 	"agentkit/kv"
-	"agentkit/kv/internal/proctest"
 	"agentkit/kv/kvtest"
 )
 

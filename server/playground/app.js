@@ -203,7 +203,7 @@ async function loadEvals() {
     el('td', { class: 'num' }, r.counts.errored),
     el('td', { class: 'num' }, r.counts.done ? pct(r.passRate) : '—'),
     el('td', {}, r.model),
-    el('td', { title: `${r.host.name} ${r.host.stateRoot}` }, r.host.id)));
+    el('td', { title: `machine ${r.host.name}, process ${r.host.pid}` }, r.host.id)));
   fill(section.querySelector('tbody'), rows, section.querySelector('.empty'));
   document.getElementById('pass-rate-chart').replaceChildren(passRateChart(list.runs.slice().reverse()));
 }

@@ -2,7 +2,9 @@
 // that both sides share: the service (package hosted) and its Go client (the
 // agentkit+http(s) driver, package kv/hostedkv). docs/hosted-protocol.md
 // describes the protocol for implementers in other languages; this package
-// is its Go spelling and imports nothing beyond the standard library.
+// is its Go spelling and imports nothing beyond the standard library. It
+// lives under the driver, so that no package under kv/ imports anything
+// above kv; the service, which sits above kv, imports it downwards.
 package wire
 
 import (

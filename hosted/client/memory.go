@@ -1,4 +1,4 @@
-package hostedkv
+package client
 
 import (
 	"context"
@@ -6,15 +6,15 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"net/http"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
 
+	"agentkit/internal/atomicfile"
 	"agentkit/kv"
+	"agentkit/kv/hostedkv"
 	"agentkit/memory"
 )
 
@@ -38,7 +38,7 @@ const cursorName = ".hosted-cursor"
 // copy got; a host that dies between copying records and saving the cursor
 // may copy the last page's records twice, never lose one.
 type Memory struct {
-	s *Store
+	s *hostedkv.Store
 
 	mu       sync.Mutex
 	journals map[string]*memory.Journal // by folder
@@ -49,9 +49,10 @@ var (
 	_ memory.SessionPreparer = (*Memory)(nil)
 )
 
-// NewMemory returns the memory backend of a store opened by this driver,
-// and false for a store of another driver. Give it as the memory hook's
-// Backend (memory.Options.Backend); close it when the runtime is closed.
+// NewMemory returns the memory backend of a store opened by the
+// agentkit+http(s) driver, and false for a store of another driver. Give
+// it as the memory hook's Backend (memory.Options.Backend); close it when
+// the runtime is closed.
 func NewMemory(db *kv.DB) (*Memory, bool) {
 	s, ok := storeOf(db)
 	if !ok {
@@ -70,19 +71,13 @@ func (m *Memory) AppendTurn(ctx context.Context, rec memory.Record, info memory.
 		return err
 	}
 	if info.AgentName == "" {
-		return errors.New("hostedkv: memory: the agent name is empty")
+		return errors.New("hosted memory: the agent name is empty")
 	}
-	resp, err := m.s.do(ctx, call{method: http.MethodPost, resource: "memory", write: true,
-		query: url.Values{"agent": {info.AgentName}}, body: line[:len(line)-1], headers: jsonType})
-	if err != nil {
-		return fmt.Errorf("hostedkv: memory: append: %w", err)
-	}
-	defer drain(resp)
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("hostedkv: memory: append: %w", m.s.errorFrom(resp))
+	if err := m.s.AppendMemory(ctx, info.AgentName, line[:len(line)-1]); err != nil {
+		return err
 	}
 	if err := m.Sync(ctx, info); err != nil {
-		return fmt.Errorf("hostedkv: memory: the record is stored in the service, but the local journal is behind: %w", err)
+		return fmt.Errorf("hosted memory: the record is stored in the service, but the local journal is behind: %w", err)
 	}
 	return nil
 }
@@ -96,7 +91,7 @@ func (m *Memory) PrepareSession(ctx context.Context, info memory.Info) error {
 // info.StateRoot lacks from the service, in order.
 func (m *Memory) Sync(ctx context.Context, info memory.Info) error {
 	if info.StateRoot == "" || info.AgentName == "" {
-		return errors.New("hostedkv: memory: the state root and the agent name must be set")
+		return errors.New("hosted memory: the state root and the agent name must be set")
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -113,9 +108,8 @@ func (m *Memory) Sync(ctx context.Context, info memory.Info) error {
 		return err
 	}
 	cursorFile := filepath.Join(dir, cursorName)
-	owner := m.s.ns + " " + info.AgentName
+	owner := m.s.Namespace() + " " + info.AgentName
 	after := readCursor(cursorFile, owner)
-	q := url.Values{"agent": {info.AgentName}}
 	var last int64 = -1
 	save := func() error {
 		if last < 0 {
@@ -124,19 +118,19 @@ func (m *Memory) Sync(ctx context.Context, info memory.Info) error {
 		return writeCursor(cursorFile, owner, last)
 	}
 	n := 0
-	for l, err := range m.s.pages(ctx, "memory", q, strconv.FormatInt(after, 10), func(l *line) string { return strconv.FormatInt(*l.Seq, 10) }) {
+	for l, err := range m.s.MemoryRecords(ctx, info.AgentName, after) {
 		if err != nil {
 			return errors.Join(save(), err)
 		}
 		var rec memory.Record
 		if err := json.Unmarshal(l.Record, &rec); err != nil {
-			return errors.Join(save(), fmt.Errorf("hostedkv: memory: record %d does not decode: %w", *l.Seq, err))
+			return errors.Join(save(), fmt.Errorf("hosted memory: record %d does not decode: %w", l.Seq, err))
 		}
 		if err := j.Append(ctx, rec); err != nil {
 			return errors.Join(save(), err)
 		}
-		last = *l.Seq
-		if n++; n%m.s.page == 0 {
+		last = l.Seq
+		if n++; n%m.s.PageSize() == 0 {
 			if err := save(); err != nil {
 				return err
 			}
@@ -174,15 +168,15 @@ func readCursor(path, owner string) int64 {
 	return seq
 }
 
-// writeCursor saves the cursor with a write to a temporary file and a
-// rename, so a crash leaves the old or the new cursor.
+// writeCursor replaces the cursor file atomically (synced, then renamed),
+// so a crash leaves the old or the new cursor, never an empty one.
 func writeCursor(path, owner string, seq int64) error {
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, []byte(owner+"\t"+strconv.FormatInt(seq, 10)+"\n"), 0o600); err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			return fmt.Errorf("hostedkv: memory: the journal folder disappeared: %w", err)
-		}
-		return err
+	err := atomicfile.Write(path, []byte(owner+"\t"+strconv.FormatInt(seq, 10)+"\n"), nil)
+	if errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("hosted memory: the journal folder disappeared: %w", err)
 	}
-	return os.Rename(tmp, path)
+	if err != nil {
+		return fmt.Errorf("hosted memory: saving the cursor: %w", err)
+	}
+	return nil
 }

@@ -22,6 +22,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"agentkit/internal/testenv"
 )
 
 // RoleEnv names the environment variable that selects a child's role.
@@ -61,11 +63,12 @@ type Child struct {
 }
 
 // Start runs the test binary in role with extra environment variables
-// (KEY=VALUE). The child is killed at the end of the test if still alive.
+// (KEY=VALUE). The child is killed at the end of the test if still alive,
+// and, on Linux, when the test process dies (testenv.DieWithParent), so a
+// test binary killed with SIGKILL leaves no child behind.
 func Start(t testing.TB, role string, env ...string) *Child {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(append(os.Environ(), RoleEnv+"="+role), env...)
+	cmd := command(role, env...)
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -95,6 +98,15 @@ func Start(t testing.TB, role string, env ...string) *Child {
 		<-c.done
 	})
 	return c
+}
+
+// command is the command Start runs: the test binary in role, with env
+// added to this process's environment, killed when this process dies.
+func command(role string, env ...string) *exec.Cmd {
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(append(os.Environ(), RoleEnv+"="+role), env...)
+	testenv.DieWithParent(cmd)
+	return cmd
 }
 
 // PID returns the child's process id.

@@ -1,0 +1,8 @@
+//go:build !unix
+
+package privfiletest
+
+import "testing"
+
+// CommonUmask does nothing where there is no umask.
+func CommonUmask(t testing.TB) {}
