@@ -209,6 +209,29 @@ func backendPrefix(prefix, p string) (string, bool) {
 	return prefix + p[:cut], false
 }
 
+// treeFrom is the backend key after which a listing under prefix holds
+// every name that sorts after after ("": from the start). A name of at
+// most treeHead bytes is its own backend key, and every name after it has
+// a backend key after it. A longer one may be digested, and the names
+// after it in its head's group sort by digest, so the listing starts
+// before the group: after the bytes of after up to the last character
+// boundary at or before treeHead, which every backend key of a name after
+// after passes (each keeps at least treeHead bytes of its name, or all of
+// it). The names read twice are dropped by treeList.
+func treeFrom(prefix, after string) string {
+	if after == "" {
+		return ""
+	}
+	if len(after) <= treeHead {
+		return prefix + after
+	}
+	cut := treeHead
+	for cut > 0 && !utf8.RuneStart(after[cut]) {
+		cut--
+	}
+	return prefix + after[:cut]
+}
+
 // ---- envelopes
 
 // recentWrite is a write remembered in its envelope.
@@ -665,9 +688,10 @@ type treeEntry struct {
 }
 
 // treeList yields the live names under prefix that start with p and sort
-// after after, in bytewise order, with their envelopes. The backend lists
-// from the start of the prefix every time (the kv contract has no
-// start-after), so paging through n keys reads O(n²/page) entries.
+// after after, in bytewise order, with their envelopes. The backend
+// listing starts at treeFrom(prefix, after), so a client paging through n
+// keys reads each about once on a backend with the start-after capability
+// (the rest read from the start of the prefix and drop what comes first).
 func (s *kvStore) treeList(ctx context.Context, prefix, p, after string, yield func(treeEntry) (bool, error)) error {
 	bp, exact := backendPrefix(prefix, p)
 	var group []treeEntry // digested names sharing one head
@@ -688,7 +712,7 @@ func (s *kvStore) treeList(ctx context.Context, prefix, p, after string, yield f
 		group = group[:0]
 		return true, nil
 	}
-	for ent, err := range s.db.List(ctx, bp) {
+	for ent, err := range s.db.ListAfter(ctx, bp, treeFrom(prefix, after)) {
 		if err != nil {
 			return err
 		}

@@ -124,8 +124,9 @@ type Store struct {
 }
 
 var (
-	_ kv.Store = (*Store)(nil)
-	_ kv.CAS   = (*Store)(nil)
+	_ kv.Store       = (*Store)(nil)
+	_ kv.CAS         = (*Store)(nil)
+	_ kv.AfterLister = (*Store)(nil)
 )
 
 // Open connects to the service at serverURL (http://HOST:PORT or

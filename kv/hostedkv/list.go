@@ -117,9 +117,15 @@ func (s *Store) pages(ctx context.Context, resource string, query url.Values, af
 // List yields the entries under prefix in ascending bytewise key order,
 // page by page.
 func (s *Store) List(ctx context.Context, prefix string) iter.Seq2[kv.Entry, error] {
+	return s.ListAfter(ctx, prefix, "")
+}
+
+// ListAfter yields the entries under prefix that sort after after, in
+// ascending bytewise key order: the service starts the first page there.
+func (s *Store) ListAfter(ctx context.Context, prefix, after string) iter.Seq2[kv.Entry, error] {
 	return func(yield func(kv.Entry, error) bool) {
 		q := url.Values{"prefix": {prefix}, "values": {"1"}}
-		for l, err := range s.pages(ctx, "list", q, "", func(l *line) string { return *l.Key }) {
+		for l, err := range s.pages(ctx, "list", q, after, func(l *line) string { return *l.Key }) {
 			if err != nil {
 				yield(kv.Entry{}, err)
 				return
@@ -137,9 +143,15 @@ func (s *Store) List(ctx context.Context, prefix string) iter.Seq2[kv.Entry, err
 
 // ListKeys yields the keys under prefix in ascending bytewise order.
 func (s *Store) ListKeys(ctx context.Context, prefix string) iter.Seq2[string, error] {
+	return s.ListKeysAfter(ctx, prefix, "")
+}
+
+// ListKeysAfter yields the keys under prefix that sort after after, in
+// ascending bytewise order.
+func (s *Store) ListKeysAfter(ctx context.Context, prefix, after string) iter.Seq2[string, error] {
 	return func(yield func(string, error) bool) {
 		q := url.Values{"prefix": {prefix}}
-		for l, err := range s.pages(ctx, "list", q, "", func(l *line) string { return *l.Key }) {
+		for l, err := range s.pages(ctx, "list", q, after, func(l *line) string { return *l.Key }) {
 			if err != nil {
 				yield("", err)
 				return

@@ -73,6 +73,7 @@ var (
 	_ kv.Store          = (*Store)(nil)
 	_ kv.CAS            = (*Store)(nil)
 	_ kv.ProcessLocaler = (*Store)(nil)
+	_ kv.AfterLister    = (*Store)(nil)
 )
 
 // NewStore returns an empty memory backend.
