@@ -248,6 +248,39 @@ func TestGenericKeyLayout(t *testing.T) {
 	if !slices.Equal(got, tail) {
 		t.Fatalf("the listing after %q with prefix …b:\n got %q\nwant %q", want[3], got, tail)
 	}
+	// From every name, and one page of one name at a time: the backend
+	// listing starts at the cursor, before the head group of a digested
+	// name, and skips none of the group.
+	for i, from := range want {
+		rows, _, err := ts.svc.st.list(context.Background(), "alpha", "", from, 1000, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = got[:0]
+		for _, r := range rows {
+			got = append(got, r.key)
+		}
+		if !slices.Equal(got, want[i+1:]) {
+			t.Fatalf("the listing after name %d (%d bytes):\n got %d names %q\nwant %d", i, len(from), len(got), got, len(want)-i-1)
+		}
+	}
+	got = got[:0]
+	for after := ""; ; {
+		rows, more, err := ts.svc.st.list(context.Background(), "alpha", "", after, 1, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range rows {
+			got = append(got, r.key)
+			after = r.key
+		}
+		if !more || len(rows) == 0 {
+			break
+		}
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("paging one name at a time:\n got %q\nwant %q", got, want)
+	}
 }
 
 // TestGenericMemoryJournal appends across several listing blocks and

@@ -55,4 +55,14 @@ trap 'for s in "${stop_s3[@]}"; do scripts/s3server.sh "$s" stop >/dev/null 2>&1
 
 step "go test -race"
 # -count=1: never reuse cached results; the driver tests exercise live servers.
-go test -race -count=1 -timeout 25m ${TESTFLAGS:-} ./...
+# The output is kept so the slowest packages can be listed at the end.
+test_log="$run_state/go-test.log"
+started=$SECONDS
+status=0
+go test -race -count=1 -timeout 25m ${TESTFLAGS:-} ./... 2>&1 | tee "$test_log" || status=$?
+
+step "package times (slowest first; go test -race, wall seconds per package)"
+# "ok  <pkg> 12.3s" and "FAIL <pkg> 12.3s" lines; packages without tests print none.
+awk '($1 == "ok" || $1 == "FAIL") && $3 ~ /s$/ { t = $3; sub(/s$/, "", t); printf "%8.1fs  %-4s %s\n", t, $1, $2 }' "$test_log" | sort -rn
+printf 'go test: %ds wall; the whole run: %ds\n' "$((SECONDS - started))" "$SECONDS"
+exit "$status"

@@ -89,8 +89,8 @@ func TestDefineBackendKinds(t *testing.T) {
 		wantName string
 		wantCaps string
 	}{
-		{"*kv.DB", db, "mem", "put,get,delete,list,cas"},
-		{"driver value", memkv.NewStore(), "custom", "put,get,delete,list,cas"},
+		{"*kv.DB", db, "mem", "put,get,delete,list,list-after,cas"},
+		{"driver value", memkv.NewStore(), "custom", "put,get,delete,list,list-after,cas"},
 		{"kv.Funcs", newBackend().Funcs("put", "get"), "custom", "put,get"},
 		{"*kv.Funcs", &kv.Funcs{Put: db.Put}, "custom", "put"},
 	} {
