@@ -14,8 +14,11 @@
 // hands the session's cumulative SessionMetrics to a Recorder, which
 // stores it as one sample (a blind append to the A/B table, never a
 // rewrite of a growing record) and keeps it in memory. Samples carry every
-// turn's latency, so percentiles merged from any number of hosts are exact
-// and a lost sample never merges two turns.
+// turn's latency in a LatencySketch, whose size does not grow with the
+// turns and which merges by adding counts, so percentiles merged from any
+// number of hosts are those of one sketch of every turn (exact under
+// SketchExactBelow, within SketchRelativeError above), and a lost sample
+// never merges two turns.
 //
 // Recorder.Flush merges the host's sessions into the stored snapshot with
 // State.Join, which keeps each session's most recent metrics: joining is

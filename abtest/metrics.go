@@ -10,9 +10,9 @@ import (
 
 // SessionMetrics is what one session did in one experiment so far: the
 // content of every A/B sample. Samples are cumulative: each carries the
-// session's whole history, every turn's latency included, so the latest
-// sample of a session holds everything its earlier ones did and a lost
-// sample never merges two turns into one.
+// session's whole history, every turn's latency included (in a bounded
+// sketch), so the latest sample of a session holds everything its earlier
+// ones did and a lost sample never merges two turns into one.
 type SessionMetrics struct {
 	// Variant is the variant the session is enrolled in.
 	Variant string `json:"variant"`
@@ -23,9 +23,11 @@ type SessionMetrics struct {
 	// InputTokens and OutputTokens sum the turns' token usage.
 	InputTokens  int64 `json:"inputTokens"`
 	OutputTokens int64 `json:"outputTokens"`
-	// LatenciesMs is each turn's latency in milliseconds, in turn order:
-	// from the turn's start to its end, model calls and tools included.
-	LatenciesMs []int64 `json:"latenciesMs"`
+	// Latency holds every turn's latency in milliseconds, from the turn's
+	// start to its end, model calls and tools included: one count per
+	// turn, in a sketch whose size does not grow with the turns. (Format 1
+	// of a sample, read still, listed each latency in "latenciesMs".)
+	Latency LatencySketch `json:"latency"`
 	// UpdatedAt is when the session's latest turn ended.
 	UpdatedAt time.Time `json:"updatedAt"`
 }
@@ -41,7 +43,7 @@ type Turn struct {
 
 // AddTurn returns m with one more turn.
 func (m SessionMetrics) AddTurn(t Turn) SessionMetrics {
-	m.LatenciesMs = append(slices.Clip(m.LatenciesMs), max(0, t.Latency.Milliseconds()))
+	m.Latency = m.Latency.Add(t.Latency.Milliseconds())
 	m.Turns++
 	if t.Failed {
 		m.FailedTurns++
@@ -57,10 +59,29 @@ func (m SessionMetrics) check() error {
 	switch {
 	case m.Turns < 0 || m.FailedTurns < 0 || m.FailedTurns > m.Turns:
 		return fmt.Errorf("turns %d and failedTurns %d are inconsistent", m.Turns, m.FailedTurns)
-	case int64(len(m.LatenciesMs)) != m.Turns:
-		return fmt.Errorf("%d latencies for %d turns", len(m.LatenciesMs), m.Turns)
+	case m.Latency.Count() != m.Turns:
+		return fmt.Errorf("%d latencies for %d turns", m.Latency.Count(), m.Turns)
 	case m.Variant == "":
 		return errors.New("no variant")
+	}
+	return nil
+}
+
+// UnmarshalJSON reads a sample's metrics in either format: "latency" (a
+// LatencySketch), or format 1's "latenciesMs" (every latency), which it
+// turns into a sketch.
+func (m *SessionMetrics) UnmarshalJSON(data []byte) error {
+	type plain SessionMetrics // without this method
+	var doc struct {
+		plain
+		LatenciesMs []int64 `json:"latenciesMs"`
+	}
+	if err := json.Unmarshal(data, &doc); err != nil {
+		return err
+	}
+	*m = SessionMetrics(doc.plain)
+	if m.Latency.Count() == 0 && len(doc.LatenciesMs) > 0 {
+		m.Latency = sketchOf(doc.LatenciesMs)
 	}
 	return nil
 }
@@ -127,8 +148,8 @@ func (s State) Includes(o State) bool {
 	return true
 }
 
-// Clone returns a deep copy of s (latency slices are shared: they are only
-// ever appended to through a clipped copy).
+// Clone returns a deep copy of s (latency sketches are shared: they are
+// values, never changed in place).
 func (s State) Clone() State {
 	out := make(State, len(s))
 	for exp, sessions := range s {
@@ -150,8 +171,12 @@ func (s State) Sessions() int {
 	return n
 }
 
-// SnapshotVersion is the format version of the snapshot document.
-const SnapshotVersion = 1
+// SnapshotVersion is the format version of the snapshot document. Version
+// 2 keeps each session's latencies in a LatencySketch ("latency"); version
+// 1, which listed them all ("latenciesMs"), is read and rewritten as 2, and
+// a build that reads only version 1 refuses a version 2 snapshot instead of
+// overwriting it.
+const SnapshotVersion = 2
 
 // maxHosts bounds the host marks a snapshot keeps: the most recently
 // updated ones.

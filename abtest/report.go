@@ -52,9 +52,11 @@ type VariantFigures struct {
 	SessionFailureRate float64 `json:"sessionFailureRate"`
 	// MeanTokensPerTurn is (input + output tokens) / Turns.
 	MeanTokensPerTurn float64 `json:"meanTokensPerTurn"`
-	// P50Ms and P95Ms are exact percentiles of the turns' latencies, in
-	// milliseconds, by the nearest-rank method: the smallest latency with
-	// at least 50% (95%) of the turns at or below it. 0 without turns.
+	// P50Ms and P95Ms are percentiles of the turns' latencies, in
+	// milliseconds, by the nearest-rank method (the smallest latency with
+	// at least 50% (95%) of the turns at or below it), read from the
+	// sessions' latency sketches: exact under SketchExactBelow, within
+	// SketchRelativeError of the exact value above. 0 without turns.
 	P50Ms int64 `json:"p50Ms"`
 	P95Ms int64 `json:"p95Ms"`
 }
@@ -123,7 +125,7 @@ func experimentFigures(e Experiment, configured bool, sessions map[string]Sessio
 		index[name] = len(f.Variants)
 		f.Variants = append(f.Variants, VariantFigures{Name: name, Changes: []string{}})
 	}
-	latencies := make([][]int64, len(f.Variants))
+	latencies := make([]LatencySketch, len(f.Variants))
 	tokens := make([]int64, len(f.Variants))
 	for _, m := range sessions {
 		if m.Turns == 0 {
@@ -138,7 +140,7 @@ func experimentFigures(e Experiment, configured bool, sessions map[string]Sessio
 			v.FailedSessions++
 		}
 		tokens[i] += m.InputTokens + m.OutputTokens
-		latencies[i] = append(latencies[i], m.LatenciesMs...)
+		latencies[i] = latencies[i].Merge(m.Latency)
 	}
 	for i := range f.Variants {
 		v := &f.Variants[i]
@@ -149,9 +151,8 @@ func experimentFigures(e Experiment, configured bool, sessions map[string]Sessio
 		if v.Sessions > 0 {
 			v.SessionFailureRate = float64(v.FailedSessions) / float64(v.Sessions)
 		}
-		slices.Sort(latencies[i])
-		v.P50Ms = Percentile(latencies[i], 50)
-		v.P95Ms = Percentile(latencies[i], 95)
+		v.P50Ms = latencies[i].Percentile(50)
+		v.P95Ms = latencies[i].Percentile(95)
 	}
 	if len(f.Variants) > 0 {
 		c := f.Variants[0]
@@ -170,9 +171,9 @@ func nonNil(s []string) []string {
 }
 
 // Percentile returns the p-th percentile (0 < p <= 100) of sorted values by
-// the nearest-rank method: the value at rank ceil(p/100 × n). It is always
-// one of the values, so percentiles merged from several hosts' exact
-// latencies are exact. It returns 0 for no values.
+// the nearest-rank method: the value at rank ceil(p/100 × n), always one
+// of the values. It is the exact value LatencySketch.Percentile comes
+// within SketchRelativeError of. It returns 0 for no values.
 func Percentile(sorted []int64, p float64) int64 {
 	n := len(sorted)
 	if n == 0 {

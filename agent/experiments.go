@@ -168,7 +168,7 @@ func (r *Runtime) recordABs(ctx context.Context, vs variantSetup, sessionID stri
 // sessionMetrics rebuilds a session's A/B metrics from its turn.finished
 // events.
 func (r *Runtime) sessionMetrics(ctx context.Context, sessionID, variant string) (abtest.SessionMetrics, error) {
-	m := abtest.SessionMetrics{Variant: variant, LatenciesMs: []int64{}}
+	m := abtest.SessionMetrics{Variant: variant}
 	var after int64
 	for {
 		recs, err := r.db.After(ctx, sessionID, after, MaxPageSize)
