@@ -28,6 +28,7 @@ const (
 	continuationsDir = "continuations/"
 	remindersDir     = "reminders/"
 	evalRunsDir      = "eval-runs/"
+	evalCasesDir     = "eval-cases/"
 	abSamplesDir     = "ab-samples/"
 	abSnapshotName   = "ab-snapshot"
 	authorKVDir      = "kv/"
@@ -295,6 +296,19 @@ func (s Scope) EvalRunsPrefix() string { return s.base() + evalRunsDir }
 // table's record of one run.
 func (s Scope) EvalRun(runID string) (string, error) {
 	return s.join(evalRunsDir, "", part("eval run id", runID))
+}
+
+// EvalCasesPrefix returns "agentkit/v1/{agent}/eval-cases/{runId}/": the
+// pages of a run's case results, when its record is too large for one
+// value.
+func (s Scope) EvalCasesPrefix(runID string) (string, error) {
+	return s.join(evalCasesDir, "/", part("eval run id", runID))
+}
+
+// EvalCasePage returns "agentkit/v1/{agent}/eval-cases/{runId}/{pageId}",
+// one page of a run's case results, which the run's record names.
+func (s Scope) EvalCasePage(runID, pageID string) (string, error) {
+	return s.join(evalCasesDir, "", part("eval run id", runID), part("page id", pageID))
 }
 
 // ABSamplesPrefix returns "agentkit/v1/{agent}/ab-samples/": the samples of

@@ -26,6 +26,7 @@ const (
 	FamilyBatchPart                  // sessions/{sessionId}/parts/{batchId}/{part}
 	FamilySessionIndex               // session-index/{inv}/{sessionId}
 	FamilyMigration                  // migrations/{name}
+	FamilyEvalCasePage               // eval-cases/{runId}/{pageId}
 )
 
 var familyNames = [...]string{
@@ -44,6 +45,7 @@ var familyNames = [...]string{
 	FamilyBatchPart:    "session event batch part",
 	FamilySessionIndex: "session index",
 	FamilyMigration:    "migration marker",
+	FamilyEvalCasePage: "eval case page",
 }
 
 // String returns the family's name as 02-keys.md writes it.
@@ -66,7 +68,8 @@ type Key struct {
 	// session head, an event batch or part, a session-index entry or an
 	// A/B sample.
 	Session string
-	// ID is the encoded continuation token, reminder id, eval run id,
+	// ID is the encoded continuation token, reminder id, eval run id (of a
+	// run or of one of its case pages),
 	// author key, actor id, or the batch id of an event batch part.
 	ID string
 	// Experiment is the encoded experiment name of an A/B sample.
@@ -77,7 +80,8 @@ type Key struct {
 	// Batch is the number of an event batch, or of an event batch part.
 	Batch uint64
 	// Rest is what follows "durable-session/" in a ledger key, or
-	// "actors/{actorId}/" in a legacy actor key.
+	// "actors/{actorId}/" in a legacy actor key, or the encoded page id of
+	// an eval case page.
 	Rest string
 }
 
@@ -141,6 +145,8 @@ func Parse(key string) (Key, error) {
 		k.Family, k.ID = FamilyReminder, parts[1]
 	case dir == evalRunsDir && n == 2 && segs(1):
 		k.Family, k.ID = FamilyEvalRun, parts[1]
+	case dir == evalCasesDir && n == 3 && segs(1, 2):
+		k.Family, k.ID, k.Rest = FamilyEvalCasePage, parts[1], parts[2]
 	case dir == abSamplesDir && n == 4 && segs(1, 2):
 		at, err := ParseAt(parts[3])
 		if err != nil {

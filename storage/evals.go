@@ -12,7 +12,6 @@ import (
 
 	"agentkit/keys"
 	"agentkit/kv"
-	"agentkit/record"
 )
 
 // EvalRun is one stored eval-run snapshot. The snapshot's content (status,
@@ -76,52 +75,9 @@ func (e *EvalRuns) List(ctx context.Context) iter.Seq2[EvalRun, error] {
 }
 
 // derivedEvals stores one key per run over the core; it needs Put, Delete
-// and List.
+// and List. On a backend with the CAS group, a run too large for one value
+// keeps its case results in pages of their own (evalpages.go).
 type derivedEvals struct{ db *kv.DB }
-
-func (d derivedEvals) PutRun(ctx context.Context, run EvalRun) error {
-	key, err := evalKey(run.Agent, run.ID)
-	if err != nil {
-		return err
-	}
-	data, err := record.Marshal(KindEvalRun, run)
-	if err != nil {
-		return err
-	}
-	return d.db.Put(ctx, key, data)
-}
-
-func (d derivedEvals) DeleteRun(ctx context.Context, agent, runID string) error {
-	key, err := evalKey(agent, runID)
-	if err != nil {
-		return err
-	}
-	return d.db.Delete(ctx, key)
-}
-
-func (d derivedEvals) ListRuns(ctx context.Context, agent string) iter.Seq2[EvalRun, error] {
-	return func(yield func(EvalRun, error) bool) {
-		k, err := keys.Agent(agent)
-		if err != nil {
-			yield(EvalRun{}, fmt.Errorf("storage: %w", err))
-			return
-		}
-		for e, err := range d.db.List(ctx, k.EvalRunsPrefix()) {
-			if err != nil {
-				yield(EvalRun{}, err)
-				return
-			}
-			var rec EvalRun
-			if _, err := record.Unmarshal(KindEvalRun, e.Key, e.Value, &rec); err != nil {
-				yield(EvalRun{}, err)
-				return
-			}
-			if !yield(rec, nil) {
-				return
-			}
-		}
-	}
-}
 
 func evalKey(agent, runID string) (string, error) {
 	k, err := keys.Agent(agent)

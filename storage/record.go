@@ -36,9 +36,12 @@ var (
 	// KindReminder is reminders/{id} (reminders.go: Reminders), also used
 	// for the reminder package's local copies.
 	KindReminder = record.NewKind("reminder", 1)
-	// KindEvalRun is eval-runs/{runId} (evals.go: derivedEvals.PutRun;
-	// update.go: EvalRuns.Update).
-	KindEvalRun = record.NewKind("eval run", 1)
+	// KindEvalRun is eval-runs/{runId} (evalpages.go: derivedEvals.PutRun
+	// and update). Version 2 is a run whose case results are in pages.
+	KindEvalRun = record.NewKind("eval run", 2)
+	// KindEvalCasePage is eval-cases/{runId}/{pageId} (evalpages.go), one
+	// page of a version 2 run's case results.
+	KindEvalCasePage = record.NewKind("eval case page", 1)
 	// KindABSample is ab-samples/… (abs.go: derivedABs.PutSample).
 	KindABSample = record.NewKind("A/B sample", 1)
 	// KindABSnapshot is ab-snapshot (abs.go: derivedABs.PutSnapshot;

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"iter"
 	"slices"
 	"strings"
@@ -186,33 +187,35 @@ func TestNativeEvals(t *testing.T) {
 	}
 }
 
-// TestNewerFormatRefused writes records of format version 2 where each
-// derived table reads, and checks every reader refuses them clearly.
+// TestNewerFormatRefused writes records of a format version newer than
+// this build's where each derived table reads, and checks every reader
+// refuses them clearly.
 func TestNewerFormatRefused(t *testing.T) {
 	ctx := context.Background()
 	db := memkv.New()
 	a := agent(t, define(t, storage.Config{Backend: db}), "support")
-	newer := []byte(`{"v":2,"runId":"r","snapshot":{},"key":"k","value":1}`)
-	for _, key := range []string{
-		"agentkit/v1/support/eval-runs/r",
-		"agentkit/v1/support/ab-snapshot",
-		"agentkit/v1/support/kv/k",
+	for key, v := range map[string]int{
+		"agentkit/v1/support/eval-runs/r": 3, // 2 is a run with case pages
+		"agentkit/v1/support/ab-snapshot": 2,
+		"agentkit/v1/support/kv/k":        2,
 	} {
+		newer := fmt.Appendf(nil, `{"v":%d,"runId":"r","snapshot":{},"key":"k","value":1}`, v)
 		if err := db.Put(ctx, key, newer); err != nil {
 			t.Fatal(err)
 		}
 	}
-	check := func(what string, err error) {
+	checkV := func(what string, v int, err error) {
 		t.Helper()
-		if !errors.Is(err, storage.ErrNewerFormat) || !strings.Contains(err.Error(), "format version 2") || !strings.Contains(err.Error(), "upgrade agentkit") {
+		if !errors.Is(err, storage.ErrNewerFormat) || !strings.Contains(err.Error(), fmt.Sprintf("format version %d", v)) || !strings.Contains(err.Error(), "upgrade agentkit") {
 			t.Errorf("%s: error %v, want ErrNewerFormat saying to upgrade", what, err)
 		}
 	}
+	check := func(what string, err error) { t.Helper(); checkV(what, 2, err) }
 	var listErr error
 	for _, err := range a.Evals().List(ctx) {
 		listErr = err
 	}
-	check("eval List", listErr)
+	checkV("eval List", 3, listErr)
 	_, err := a.ABs().GetSnapshot(ctx)
 	check("GetSnapshot", err)
 	_, err = a.KV().Get(ctx, "k")

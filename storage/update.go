@@ -38,22 +38,7 @@ func (e *EvalRuns) Update(ctx context.Context, runID string, update func(old jso
 	}
 	b := e.a.b
 	if b.evalsMode == ModeDerived && b.caps.CAS {
-		key, err := evalKey(e.a.Name(), runID)
-		if err != nil {
-			return err
-		}
-		return casUpdate(ctx, b.db, key, func(data []byte) (json.RawMessage, error) {
-			var rec EvalRun
-			if _, err := record.Unmarshal(KindEvalRun, key, data, &rec); err != nil {
-				return nil, err
-			}
-			return rec.Snapshot, nil
-		}, func(doc json.RawMessage) ([]byte, error) {
-			if err := checkJSON("eval run snapshot", doc); err != nil {
-				return nil, err
-			}
-			return record.Marshal(KindEvalRun, EvalRun{Agent: e.a.Name(), ID: runID, Snapshot: doc})
-		}, update)
+		return derivedEvals{b.db}.update(ctx, e.a.Name(), runID, true, update)
 	}
 	var old json.RawMessage
 	for r, err := range e.List(ctx) {
@@ -132,36 +117,64 @@ func casUpdate(ctx context.Context, db *kv.DB, key string,
 	encode func(json.RawMessage) ([]byte, error),
 	update func(json.RawMessage) (json.RawMessage, error),
 ) error {
+	return casUpdateHooked(ctx, db, key, func(data []byte) (json.RawMessage, error) {
+		if data == nil {
+			return nil, nil
+		}
+		return decode(data)
+	}, encode, update, nil)
+}
+
+// errStale, from a decode function of casUpdateHooked, means what the
+// record refers to changed since it was read: the update runs again, as
+// after a conflict.
+var errStale = errors.New("storage: the record changed while it was read")
+
+// casUpdateHooked is casUpdate for records that refer to other keys:
+// decode is called with nil when the key holds nothing, and settled, when
+// not nil, is called after every conditional write with its error (nil,
+// a conflict, or an error whose outcome is unknown), before the next
+// attempt.
+func casUpdateHooked(ctx context.Context, db *kv.DB, key string,
+	decode func([]byte) (json.RawMessage, error),
+	encode func(json.RawMessage) ([]byte, error),
+	update func(json.RawMessage) (json.RawMessage, error),
+	settled func(error),
+) error {
 	for attempt := 1; ; attempt++ {
 		data, ver, err := db.GetWithVersion(ctx, key)
 		var old json.RawMessage
 		switch {
 		case errors.Is(err, kv.ErrNotFound):
-			ver = ""
+			ver, data = "", nil
 		case err != nil:
 			return err
-		default:
-			if old, err = decode(data); err != nil {
+		}
+		old, err = decode(data)
+		if err == nil {
+			var doc json.RawMessage
+			if doc, err = update(old); errors.Is(err, ErrSkip) {
+				return nil
+			}
+			if err != nil {
 				return err
 			}
-		}
-		doc, err := update(old)
-		if errors.Is(err, ErrSkip) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		rec, err := encode(doc)
-		if err != nil {
-			return err
-		}
-		if ver == "" {
-			_, err = db.PutIfAbsent(ctx, key, rec)
-		} else {
-			_, err = db.PutIfVersion(ctx, key, rec, ver)
-		}
-		if err == nil || !errors.Is(err, kv.ErrConflict) {
+			var rec []byte
+			if rec, err = encode(doc); err != nil {
+				return err
+			}
+			if ver == "" {
+				_, err = db.PutIfAbsent(ctx, key, rec)
+			} else {
+				_, err = db.PutIfVersion(ctx, key, rec, ver)
+			}
+			if settled != nil {
+				settled(err)
+			}
+			if err == nil || !errors.Is(err, kv.ErrConflict) {
+				return err
+			}
+		} else if !errors.Is(err, errStale) {
 			return err
 		}
 		if attempt == casAttempts {
