@@ -150,12 +150,16 @@ func TestJanitorRateLimit(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		h := c.add("h0", func(o *Options) { o.TakeoverRate = 2 })
-		h.setHandler(func(ctx context.Context, tr *Turn) error {
-			mu.Lock()
-			took = append(took, time.Since(start))
-			mu.Unlock()
-			return commitEcho(ctx, tr)
+		// The handler is the host's from its start: its janitor may take
+		// the first sessions over before add returns.
+		c.add("h0", func(o *Options) {
+			o.TakeoverRate = 2
+			o.Handler = func(ctx context.Context, tr *Turn) error {
+				mu.Lock()
+				took = append(took, time.Since(start))
+				mu.Unlock()
+				return commitEcho(ctx, tr)
+			}
 		})
 		time.Sleep(10 * time.Second)
 		synctest.Wait()
