@@ -18,9 +18,9 @@ const SketchExactBelow = 256
 // SketchExactBelow.
 const SketchRelativeError = 1.0 / 256
 
-// sketchSubBuckets is how many buckets split each power of two from
-// SketchExactBelow up.
-const sketchSubBuckets = 128
+// sketchSubBucketBits is log2 of how many buckets split each power of two
+// from SketchExactBelow up (128).
+const sketchSubBucketBits = 7
 
 // LatencySketch is a bounded histogram of turn latencies in
 // milliseconds, the latency record of an A/B sample. A latency under
@@ -50,7 +50,7 @@ func sketchLow(ms int64) (low, width int64) {
 	if ms < SketchExactBelow {
 		return max(ms, 0), 1
 	}
-	shift := bits.Len64(uint64(ms)) - 1 - 7 // 2^e ≤ ms < 2^(e+1), 128 buckets per e
+	shift := bits.Len64(uint64(ms)) - 1 - sketchSubBucketBits // 2^e ≤ ms < 2^(e+1), 128 buckets per e
 	return ms >> shift << shift, 1 << shift
 }
 

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"iter"
-	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -14,11 +13,8 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
-
 	"agentkit/agent"
-	"agentkit/internal/testenv"
+	"agentkit/internal/testenv/natstest"
 	"agentkit/internal/testenv/pgtest"
 	"agentkit/kv"
 	"agentkit/kv/memkv"
@@ -447,41 +443,14 @@ func TestTheBackgroundRetryLandsWithoutAnotherTurn(t *testing.T) {
 // (over NATS's 1 MiB value limit) reaches the store in parts and restores
 // on another host.
 func TestLargeToolOutputsRestoreOverNATS(t *testing.T) {
-	raw := testenv.Getenv("AGENTKIT_TEST_NATS", "nats://127.0.0.1:4222")
-	u, err := url.Parse(raw)
+	u := natstest.URL(t, "agent_large_")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	db, err := kv.Open(ctx, u)
 	if err != nil {
 		t.Fatal(err)
 	}
-	bucket := "agent_large_" + randHex()
-	q := u.Query()
-	q.Set("bucket", bucket)
-	u.RawQuery = q.Encode()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	db, err := kv.Open(ctx, u.String())
-	if err != nil {
-		testenv.Unavailable(t, "NATS JetStream at "+raw, "Start nats-server -js and set AGENTKIT_TEST_NATS (default nats://127.0.0.1:4222).", err)
-		return
-	}
-	t.Cleanup(func() {
-		db.Close()
-		nc, err := nats.Connect(raw)
-		if err != nil {
-			t.Errorf("clean-up: %v", err)
-			return
-		}
-		defer nc.Close()
-		js, err := jetstream.New(nc)
-		if err != nil {
-			t.Errorf("clean-up: %v", err)
-			return
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := js.DeleteKeyValue(ctx, bucket); err != nil && !errors.Is(err, jetstream.ErrBucketNotFound) {
-			t.Errorf("clean-up: deleting bucket %s: %v", bucket, err)
-		}
-	})
+	t.Cleanup(func() { db.Close() })
 	big := strings.Repeat("0123456789abcdef", 3<<20/16) // 3 MiB
 	dump := toolT{Spec: model.ToolSpec{Name: "dump"}, Run: func(context.Context, *tool.Env, json.RawMessage) (string, error) { return big, nil }}
 	m := echoModel(t, model.EchoStep{Tool: "dump"}, model.EchoStep{Text: "dumped"})

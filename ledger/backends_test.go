@@ -6,17 +6,14 @@ import (
 	"encoding/hex"
 	"errors"
 	"iter"
-	"net/url"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
-
 	"agentkit/internal/testenv"
+	"agentkit/internal/testenv/natstest"
 	"agentkit/internal/testenv/pgtest"
 	"agentkit/internal/testenv/redistest"
 	"agentkit/kv"
@@ -38,17 +35,6 @@ func randomSuffix() string {
 	b := make([]byte, 6)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
-}
-
-func withQuery(t testing.TB, raw, key, value string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		t.Fatal(err)
-	}
-	q := u.Query()
-	q.Set(key, value)
-	u.RawQuery = q.Encode()
-	return u.String()
 }
 
 // openOrSkip opens u, or reports the server unavailable (a failure in CI).
@@ -80,29 +66,9 @@ func redisBackend(t testing.TB) backend {
 }
 
 func natsBackend(t testing.TB) backend {
-	base := testenv.Getenv("AGENTKIT_TEST_NATS", "nats://127.0.0.1:4222")
-	bucket := "ledgertest_" + randomSuffix()
-	u := withQuery(t, base, "bucket", bucket)
-	first := openOrSkip(t, "NATS with JetStream", "Start nats-server -js or set AGENTKIT_TEST_NATS to a nats:// URL.", u)
-	t.Cleanup(func() {
-		first.Close()
-		nc, err := nats.Connect(base)
-		if err != nil {
-			t.Errorf("delete bucket %s: %v", bucket, err)
-			return
-		}
-		defer nc.Close()
-		js, err := jetstream.New(nc)
-		if err != nil {
-			t.Error(err)
-			return
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := js.DeleteKeyValue(ctx, bucket); err != nil && !errors.Is(err, jetstream.ErrBucketNotFound) {
-			t.Errorf("delete bucket %s: %v", bucket, err)
-		}
-	})
+	u := natstest.URL(t, "ledgertest_")
+	first := openOrSkip(t, "NATS with JetStream", natstest.Howto, u)
+	t.Cleanup(func() { first.Close() })
 	return backend{"nats", func(t testing.TB) *kv.DB { return openClient(t, u) }}
 }
 
