@@ -55,6 +55,7 @@
 //	ledger mode: control record, inbox,   (the ledger's own)       ledger           the shared store
 //	  committed turns, dead letters
 //	continuation token record             (storage's)              storage          the shared store, both modes
+//	session-index entry (listing hint)    storage.SessionMeta      storage          the shared store, both modes (ledger_index.go)
 //	session actor state and schedules     actor.Ref                actor            this host: actors/
 //	workspace files                       files                    workspace        this host: workspace/{id}/
 //	memory journal records                memory.Record            memory           this host (or the hosted service)

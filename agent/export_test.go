@@ -74,3 +74,43 @@ func FenceDouble(r *Runtime, n int, commitErr error) {
 
 // ErrDoubleFenced is the test double's fence.
 var ErrDoubleFenced = errFenced
+
+// BuildLedgerIndex runs the one-time build of serving mode ledger's
+// session index now (ledger_index.go), as a host does at start.
+func BuildLedgerIndex(r *Runtime) error { return r.path.(*ledgerPath).ix.build(context.Background()) }
+
+// FlushLedgerIndex writes and deletes the session-index entries waiting
+// in the background, now.
+func FlushLedgerIndex(r *Runtime) { r.path.(*ledgerPath).ix.flush(context.Background()) }
+
+// SweepLedgerIndex runs the janitor's Swept hook of the session index for
+// a session, as after a sweep.
+func SweepLedgerIndex(r *Runtime, id string) error {
+	lp := r.path.(*ledgerPath)
+	info, err := lp.led.SessionInfo(context.Background(), id)
+	if err != nil {
+		return err
+	}
+	lp.ix.swept(context.Background(), info)
+	return nil
+}
+
+// LedgerIndexSettled reports whether every entry of the session index is
+// its session's current one (one per live session, at its last commit),
+// after writing what waits in the background.
+func LedgerIndexSettled(r *Runtime) (bool, error) {
+	lp := r.path.(*ledgerPath)
+	lp.ix.flush(context.Background())
+	seen := map[string]bool{}
+	for e, err := range lp.ix.sessions.ListIndex(context.Background()) {
+		if err != nil {
+			return false, err
+		}
+		info, err := lp.led.SessionInfo(context.Background(), e.Meta.ID)
+		if err != nil || info.Deleted || !updatedOf(info).Equal(e.Updated) || seen[e.Meta.ID] {
+			return false, nil
+		}
+		seen[e.Meta.ID] = true
+	}
+	return true, nil
+}

@@ -15,6 +15,7 @@ import (
 	"agentkit/agent/sessiondb"
 	"agentkit/keys"
 	"agentkit/ledger"
+	"agentkit/storage"
 )
 
 // The ledger as a commit path (serving mode ledger): a request is a
@@ -32,6 +33,9 @@ type ledgerPath struct {
 	// its commits (guarded by r.mu); followWG counts followers.
 	follows  map[string]*follower
 	followWG sync.WaitGroup
+	// ix is the session index the listing reads (ledger_index.go), nil
+	// when the agent's store cannot list.
+	ix *ledgerIndex
 }
 
 var _ commitPath = (*ledgerPath)(nil)
@@ -58,6 +62,11 @@ func (r *Runtime) openLedger() (*ledgerPath, error) {
 		store = r.binding.DB()
 	}
 	lp := &ledgerPath{r: r, follows: map[string]*follower{}}
+	lp.ix = newLedgerIndex(lp, r.agentStore)
+	var swept func(context.Context, ledger.SessionInfo)
+	if lp.ix != nil {
+		swept = lp.ix.swept
+	}
 	host := o.HostID
 	if host == "" {
 		// A new id for every Open: a restarted host must not take the
@@ -67,7 +76,7 @@ func (r *Runtime) openLedger() (*ledgerPath, error) {
 	led, err := ledger.Open(ledger.Options{
 		Store: store, Agent: r.agent.Name, Handler: lp.handle, HostID: host, Tuning: o.Tuning,
 		AllowProcessLocal: o.AllowProcessLocal, Logger: r.log,
-		OnDeliver: o.OnDeliver,
+		OnDeliver: o.OnDeliver, Swept: swept,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("agent: serving mode ledger: %w", err)
@@ -87,6 +96,13 @@ func (lp *ledgerPath) start(ctx context.Context) {
 			r.log.Error("agent: the ledger's janitor stopped", "error", err)
 		}
 	}()
+	if lp.ix != nil {
+		r.bgWG.Add(1)
+		go func() {
+			defer r.bgWG.Done()
+			lp.ix.run(ctx)
+		}()
+	}
 }
 
 // drain implements commitPath: the ledger takes no new turn (each runner
@@ -215,6 +231,10 @@ func (lp *ledgerPath) deliver(ctx context.Context, id, eventID string, keyed boo
 	d, err := lp.led.Deliver(ctx, id, ledger.Event{ID: eventID, Payload: payload, Keyed: keyed})
 	if err != nil {
 		return TurnResult{}, ledgerErr(id, err)
+	}
+	if s := msg.Start; s != nil && d.State == ledger.StatePending {
+		lp.ix.created(ctx, storage.SessionMeta{ID: id, ChannelID: s.ChannelID, Title: s.Title, CreatedAt: s.CreatedAt,
+			UpdatedAt: d.Created, TokenDigest: s.TokenDigest})
 	}
 	queued := TurnResult{SessionID: id, ContinuationToken: token, Queued: true, EventID: eventID, Replayed: d.Duplicate}
 	var c ledger.Committed
@@ -362,12 +382,15 @@ func (lp *ledgerPath) followSession(ctx context.Context, id string, after uint64
 	}
 }
 
-// list implements commitPath: the sessions of the store's index (the
-// ledger's control records), newest first by their last commit. A
-// session's channel and title come from the local copy, or from its last
+// list implements commitPath: the agent's sessions, newest first by
+// their last commit, from the session index once it is built
+// (ledger_index.go), else from every control record. A session's channel
+// and title come from its index entry, the local copy, or its last
 // committed turn's header.
 func (lp *ledgerPath) list(ctx context.Context, limit int, after *cursor) (SessionPage, error) {
-	r := lp.r
+	if lp.ix.usable(ctx) {
+		return lp.ix.list(ctx, limit, after)
+	}
 	var all []ledger.SessionInfo
 	for s, err := range lp.led.Sessions(ctx) {
 		if err != nil {
@@ -376,11 +399,8 @@ func (lp *ledgerPath) list(ctx context.Context, limit int, after *cursor) (Sessi
 		if s.Deleted {
 			continue
 		}
-		if s.Updated.IsZero() {
-			s.Updated = s.Created
-		}
 		if after != nil {
-			u := s.Updated.UnixNano()
+			u := updatedOf(s).UnixNano()
 			if u > after.U || u == after.U && s.ID >= after.I {
 				continue
 			}
@@ -388,7 +408,7 @@ func (lp *ledgerPath) list(ctx context.Context, limit int, after *cursor) (Sessi
 		all = append(all, s)
 	}
 	slices.SortFunc(all, func(a, b ledger.SessionInfo) int {
-		if c := b.Updated.Compare(a.Updated); c != 0 {
+		if c := updatedOf(b).Compare(updatedOf(a)); c != 0 {
 			return c
 		}
 		return strings.Compare(b.ID, a.ID)
@@ -396,34 +416,63 @@ func (lp *ledgerPath) list(ctx context.Context, limit int, after *cursor) (Sessi
 	page := SessionPage{Sessions: []Session{}}
 	if len(all) > limit {
 		last := all[limit-1]
-		b, _ := json.Marshal(cursor{U: last.Updated.UnixNano(), I: last.ID})
-		page.NextCursor = base64.RawURLEncoding.EncodeToString(b)
+		page.NextCursor = encodeCursor(updatedOf(last), last.ID)
 		all = all[:limit]
 	}
 	for _, s := range all {
-		sess := Session{ID: s.ID, CreatedAt: s.Created, UpdatedAt: s.Updated, Turns: int64(s.CommitSeq)}
-		if m, err := r.db.Get(ctx, s.ID); err == nil && m.Turns == int64(s.CommitSeq) {
-			sess = sessionOf(m)
-			sess.UpdatedAt = s.Updated
-		} else if s.CommitSeq > 0 {
-			c, err := lp.led.Turn(ctx, s.ID, s.CommitSeq)
-			if err != nil {
-				if errors.Is(err, ledger.ErrDeleted) {
-					continue
-				}
-				return SessionPage{}, storeErr("reading a session's last turn", err)
-			}
-			lt, err := decodeLedgerTurn(s.ID, c)
-			if err != nil {
-				return SessionPage{}, err
-			}
-			sess.ChannelID, sess.Title, sess.CreatedAt = lt.header.Session.ChannelID, lt.header.Session.Title, lt.header.Session.CreatedAt
-			if n := len(lt.events); n > 0 {
-				sess.LastSeq = lt.events[n-1].Seq
-			}
-			sess.LastStatus = lt.result(s.ID).Turn.Status
+		sess, ok, err := lp.sessionRow(ctx, s)
+		if err != nil {
+			return SessionPage{}, err
 		}
-		page.Sessions = append(page.Sessions, sess)
+		if ok {
+			page.Sessions = append(page.Sessions, sess)
+		}
 	}
 	return page, nil
+}
+
+// updatedOf is when a ledger session last changed for a listing: its last
+// commit, or its creation before the first.
+func updatedOf(s ledger.SessionInfo) time.Time {
+	if s.Updated.IsZero() {
+		return s.Created
+	}
+	return s.Updated
+}
+
+// encodeCursor is a listing's NextCursor after the session id last
+// updated at u.
+func encodeCursor(u time.Time, id string) string {
+	b, _ := json.Marshal(cursor{U: u.UnixNano(), I: id})
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+// sessionRow is a ledger session's listing row: the local copy's when it
+// holds every committed turn, else read from the last committed turn. ok
+// is false when the session was deleted meanwhile.
+func (lp *ledgerPath) sessionRow(ctx context.Context, s ledger.SessionInfo) (Session, bool, error) {
+	r := lp.r
+	sess := Session{ID: s.ID, CreatedAt: s.Created, UpdatedAt: updatedOf(s), Turns: int64(s.CommitSeq)}
+	if m, err := r.db.Get(ctx, s.ID); err == nil && m.Turns == int64(s.CommitSeq) {
+		sess = sessionOf(m)
+		sess.UpdatedAt = updatedOf(s)
+	} else if s.CommitSeq > 0 {
+		c, err := lp.led.Turn(ctx, s.ID, s.CommitSeq)
+		if err != nil {
+			if errors.Is(err, ledger.ErrDeleted) {
+				return Session{}, false, nil
+			}
+			return Session{}, false, storeErr("reading a session's last turn", err)
+		}
+		lt, err := decodeLedgerTurn(s.ID, c)
+		if err != nil {
+			return Session{}, false, err
+		}
+		sess.ChannelID, sess.Title, sess.CreatedAt = lt.header.Session.ChannelID, lt.header.Session.Title, lt.header.Session.CreatedAt
+		if n := len(lt.events); n > 0 {
+			sess.LastSeq = lt.events[n-1].Seq
+		}
+		sess.LastStatus = lt.result(s.ID).Turn.Status
+	}
+	return sess, true, nil
 }

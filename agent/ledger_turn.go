@@ -101,6 +101,8 @@ func (lc *ledgerCommit) commit(ctx context.Context, t *turn) error {
 		r.logger(id).Warn("agent: writing a committed turn to the local copy failed; the next read fetches it again", "error", err)
 		r.convs.drop(id)
 		t.conv = nil
+	} else if m, err := r.db.Get(context.WithoutCancel(ctx), id); err == nil {
+		lc.lp.ix.committed(m, c.At) // the listing's entry, in the background
 	}
 	t.pending, t.recs = nil, nil
 	return nil

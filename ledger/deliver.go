@@ -64,6 +64,9 @@ type Delivery struct {
 	Local bool
 	// Holder is the host holding the session after the delivery.
 	Holder string
+	// Created is when the session was created (its first delivery), as
+	// its control record says.
+	Created time.Time
 }
 
 // Deliver puts ev in the session's inbox. Its return without error is the
@@ -137,6 +140,7 @@ func (l *Ledger) deliver(ctx context.Context, sessionID string, ev Event) (Deliv
 			if c.Deleted != nil {
 				return nil, fmt.Errorf("%w: session %q", ErrDeleted, sessionID)
 			}
+			res.Created = c.Created
 			if i, r := c.find(ev.ID); i >= 0 || r != nil {
 				res.Duplicate, res.Holder = true, c.Holder
 				res.Local = c.Holder == l.opts.HostID

@@ -243,6 +243,9 @@ func (l *Ledger) sweep(ctx context.Context, seen *control) error {
 		l.step("sweep:delete")
 		l.del(ctx, key)
 	}
+	if l.opts.Swept != nil {
+		l.opts.Swept(ctx, infoOf(c))
+	}
 	return nil
 }
 

@@ -145,6 +145,13 @@ type Options struct {
 	// SweepEvery is how often the janitor sweeps an idle session's orphan
 	// blobs at most; zero means DefaultSweepEvery.
 	SweepEvery time.Duration
+	// Swept, when set, is called by the janitor after it swept an idle
+	// session (at most every SweepEvery for a session, and only after
+	// turns were committed since its last sweep), with the session as the
+	// sweep left it: a hook for the caller's own upkeep of what it keeps
+	// beside the session, such as an index entry whose write was lost.
+	// It runs in the janitor's loop: keep it short.
+	Swept func(ctx context.Context, s SessionInfo)
 	// RetryDelay is the wait after a failed attempt, doubling per attempt
 	// up to Lease; zero means Lease/20.
 	RetryDelay time.Duration

@@ -220,6 +220,29 @@ type SessionInfo struct {
 	Created, Updated time.Time
 }
 
+// SessionInfo reads one session's control record: its description, a
+// tombstone's included, or an error matching ErrUnknownSession when the
+// store has none.
+func (l *Ledger) SessionInfo(ctx context.Context, sessionID string) (SessionInfo, error) {
+	if sessionID == "" {
+		return SessionInfo{}, errors.New("ledger: the session id is empty")
+	}
+	c, _, err := l.readControl(ctx, l.keys.ctl(sessionID))
+	if err != nil {
+		return SessionInfo{}, err
+	}
+	if c == nil {
+		return SessionInfo{}, fmt.Errorf("%w: %q", ErrUnknownSession, sessionID)
+	}
+	return infoOf(c), nil
+}
+
+func infoOf(c *control) SessionInfo {
+	total, _ := c.pendingBytes()
+	return SessionInfo{ID: c.Session, Holder: c.Holder, Generation: c.Gen, CommitSeq: c.Commit,
+		Pending: len(c.Pending), PendingBytes: total, Deleted: c.Deleted != nil, Created: c.Created, Updated: c.Updated}
+}
+
 // Sessions yields every session of the agent in the store, tombstones
 // included, in key order, reading one control record per session.
 func (l *Ledger) Sessions(ctx context.Context) iter.Seq2[SessionInfo, error] {
@@ -229,10 +252,7 @@ func (l *Ledger) Sessions(ctx context.Context) iter.Seq2[SessionInfo, error] {
 				yield(SessionInfo{}, err)
 				return
 			}
-			total, _ := c.pendingBytes()
-			info := SessionInfo{ID: c.Session, Holder: c.Holder, Generation: c.Gen, CommitSeq: c.Commit,
-				Pending: len(c.Pending), PendingBytes: total, Deleted: c.Deleted != nil, Created: c.Created, Updated: c.Updated}
-			if !yield(info, nil) {
+			if !yield(infoOf(c), nil) {
 				return
 			}
 		}

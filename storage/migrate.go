@@ -28,6 +28,43 @@ type migrationRecord struct {
 	Rewritten int `json:"rewritten"`
 }
 
+// MigrationLedgerSessionIndex names the one-time build of the session
+// index for the sessions of serving mode ledger
+// (migrations/ledger-session-index).
+const MigrationLedgerSessionIndex = "ledger-session-index"
+
+// Migrated reports whether the migration name has finished: its marker,
+// migrations/{name}, is stored.
+func (s *Sessions) Migrated(ctx context.Context, name string) (bool, error) {
+	marker, err := key(s.a.keys.Migration(name))
+	if err != nil {
+		return false, err
+	}
+	if _, err := s.db().Get(ctx, marker); err == nil {
+		return true, nil
+	} else if !errors.Is(err, kv.ErrNotFound) {
+		return false, fmt.Errorf("storage: reading the marker of migration %s: %w", name, err)
+	}
+	return false, nil
+}
+
+// MarkMigrated writes the marker of migration name, which host finished
+// after rewriting (or writing) rewritten records.
+func (s *Sessions) MarkMigrated(ctx context.Context, name, host string, rewritten int) error {
+	marker, err := key(s.a.keys.Migration(name))
+	if err != nil {
+		return err
+	}
+	data, err := record.Marshal(KindMigration, migrationRecord{Name: name, At: time.Now().UTC(), Host: host, Rewritten: rewritten})
+	if err != nil {
+		return err
+	}
+	if err := s.db().Put(ctx, marker, data); err != nil {
+		return fmt.Errorf("storage: writing the marker of migration %s: %w", name, err)
+	}
+	return nil
+}
+
 // TokenMigration is what MigrateTokens did.
 type TokenMigration struct {
 	// Done is set when the migration had finished before (its marker was
@@ -67,16 +104,9 @@ func (s *Sessions) MigrateTokens(ctx context.Context, host string, more func(con
 	if !caps.Get || !caps.List || !caps.Delete {
 		return m, nil
 	}
-	db := s.db()
-	marker, err := key(s.a.keys.Migration(MigrationTokenDigests))
-	if err != nil {
+	if done, err := s.Migrated(ctx, MigrationTokenDigests); err != nil || done {
+		m.Done = done
 		return m, err
-	}
-	if _, err := db.Get(ctx, marker); err == nil {
-		m.Done = true
-		return m, nil
-	} else if !errors.Is(err, kv.ErrNotFound) {
-		return m, fmt.Errorf("storage: reading the token migration's marker: %w", err)
 	}
 	if err := s.migrateContinuations(ctx, &m); err != nil {
 		return m, err
@@ -92,14 +122,7 @@ func (s *Sessions) MigrateTokens(ctx context.Context, host string, more func(con
 			return m, err
 		}
 	}
-	data, err := record.Marshal(KindMigration, migrationRecord{Name: MigrationTokenDigests, At: time.Now().UTC(), Host: host, Rewritten: m.Rewritten()})
-	if err != nil {
-		return m, err
-	}
-	if err := db.Put(ctx, marker, data); err != nil {
-		return m, fmt.Errorf("storage: writing the token migration's marker: %w", err)
-	}
-	return m, nil
+	return m, s.MarkMigrated(ctx, MigrationTokenDigests, host, m.Rewritten())
 }
 
 // migrateContinuations moves every continuations/{token} record to

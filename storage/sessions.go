@@ -306,6 +306,15 @@ func (s *Sessions) IndexKey(id string, updated time.Time) (string, error) {
 	return key(s.a.keys.SessionIndex(updated, id))
 }
 
+// IndexExists reports whether the index entry key is stored.
+func (s *Sessions) IndexExists(ctx context.Context, indexKey string) (bool, error) {
+	_, err := s.db().Get(ctx, indexKey)
+	if errors.Is(err, kv.ErrNotFound) {
+		return false, nil
+	}
+	return err == nil, redact(err)
+}
+
 // DeleteIndex removes an index entry written by PutIndex. Without Delete in
 // the store it does nothing: a stale entry is harmless, because readers
 // check the session itself.
@@ -335,13 +344,22 @@ type IndexEntry struct {
 // not delete), and a deleted session may keep one; readers check the
 // session's head.
 func (s *Sessions) ListIndex(ctx context.Context) iter.Seq2[IndexEntry, error] {
+	return s.ListIndexAfter(ctx, "")
+}
+
+// ListIndexAfter is ListIndex from after the entry key afterKey ("": from
+// the newest), which need not be a stored entry (IndexKey makes one for a
+// cursor). On a backend with the start-after capability the listing
+// starts there; on another it reads from the newest and drops what comes
+// first.
+func (s *Sessions) ListIndexAfter(ctx context.Context, afterKey string) iter.Seq2[IndexEntry, error] {
 	return func(yield func(IndexEntry, error) bool) {
 		if !s.caps().List {
 			yield(IndexEntry{}, fmt.Errorf("storage: listing the session index needs a backend with List, and %q has none: %w", s.a.b.name, errors.ErrUnsupported))
 			return
 		}
 		prefix := s.a.keys.SessionIndexPrefix()
-		for e, err := range s.db().List(ctx, prefix) {
+		for e, err := range s.db().ListAfter(ctx, prefix, afterKey) {
 			if err != nil {
 				yield(IndexEntry{}, err)
 				return
