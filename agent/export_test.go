@@ -114,3 +114,10 @@ func LedgerIndexSettled(r *Runtime) (bool, error) {
 	}
 	return true, nil
 }
+
+// ListLedgerSessionsByScan lists a page of serving mode ledger's sessions
+// from every control record, as before the session index, for
+// benchmarks to compare.
+func ListLedgerSessionsByScan(r *Runtime, limit int) (SessionPage, error) {
+	return r.path.(*ledgerPath).listScan(context.Background(), limit, nil)
+}

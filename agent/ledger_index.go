@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"errors"
+	"iter"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -293,7 +294,9 @@ func metaOfRow(s Session) storage.SessionMeta {
 }
 
 // list is a page of the listing from the index: entries from the
-// cursor's, each checked against its session's control record.
+// cursor's, each checked against its session's control record. The
+// control records of a batch of entries are read at once (indexReaders at
+// a time), as many as the page still needs plus one.
 func (ix *ledgerIndex) list(ctx context.Context, limit int, after *cursor) (SessionPage, error) {
 	afterKey := ""
 	if after != nil {
@@ -303,70 +306,125 @@ func (ix *ledgerIndex) list(ctx context.Context, limit int, after *cursor) (Sess
 		}
 		afterKey = k
 	}
+	next, stop := iter.Pull2(ix.sessions.ListIndexAfter(ctx, afterKey))
+	defer stop()
 	page := SessionPage{Sessions: []Session{}}
 	seen := map[string]bool{}
 	var lastAt time.Time
 	var lastID string
-	for e, err := range ix.sessions.ListIndexAfter(ctx, afterKey) {
-		if err != nil {
-			if errors.Is(err, storage.ErrBadRecord) || errors.Is(err, storage.ErrNewerFormat) {
-				ix.lp.r.log.Warn("agent: skipping an unreadable session-index entry", "key", e.Key, "error", err)
-				continue
+	for more := true; more; {
+		// The next batch of entries, of sessions not listed yet.
+		var batch []storage.IndexEntry
+		for len(batch) < limit+1-len(page.Sessions) {
+			e, err, ok := next()
+			if !ok {
+				more = false
+				break
 			}
-			return SessionPage{}, storeErr("listing the session index", err)
-		}
-		id := e.Meta.ID
-		if seen[id] {
-			continue // an older entry of a session listed above
-		}
-		info, err := ix.lp.led.SessionInfo(ctx, id)
-		switch {
-		case errors.Is(err, ledger.ErrUnknownSession):
-			ix.drop(e.Key, "")
-			continue
-		case err != nil:
-			return SessionPage{}, storeErr("reading a session's control record", err)
-		case info.Deleted:
-			ix.drop(e.Key, "")
-			continue
-		}
-		var row Session
-		if at := updatedOf(info); at.Equal(e.Updated) && e.Meta.Turns == int64(info.CommitSeq) {
-			row = sessionOf(localMeta(e.Meta))
-			row.UpdatedAt = at
-		} else {
-			current, err := ix.sessions.IndexKey(id, at)
 			if err != nil {
-				return SessionPage{}, err
+				if errors.Is(err, storage.ErrBadRecord) || errors.Is(err, storage.ErrNewerFormat) {
+					ix.lp.r.log.Warn("agent: skipping an unreadable session-index entry", "key", e.Key, "error", err)
+					continue
+				}
+				return SessionPage{}, storeErr("listing the session index", err)
 			}
-			if ok, err := ix.sessions.IndexExists(ctx, current); err != nil {
-				return SessionPage{}, storeErr("reading the session index", err)
-			} else if ok && current != e.Key {
-				ix.drop(e.Key, "") // the session is listed at its current entry
-				continue
+			if !seen[e.Meta.ID] {
+				batch = append(batch, e)
 			}
-			// The current entry is missing: list the session here, and
-			// write it.
-			r, ok, err := ix.lp.sessionRow(ctx, info)
+		}
+		infos, err := ix.infos(ctx, batch)
+		if err != nil {
+			return SessionPage{}, err
+		}
+		for i, e := range batch {
+			if seen[e.Meta.ID] {
+				continue // an older entry of a session listed above
+			}
+			row, ok, err := ix.check(ctx, e, infos[i])
 			if err != nil {
 				return SessionPage{}, err
 			}
 			if !ok {
 				continue
 			}
-			row = r
-			ix.note(metaOfRow(r))
-			if current != e.Key {
-				ix.drop(e.Key, id)
+			if len(page.Sessions) == limit {
+				page.NextCursor = encodeCursor(lastAt, lastID)
+				return page, nil
 			}
+			seen[e.Meta.ID] = true
+			page.Sessions = append(page.Sessions, row)
+			lastAt, lastID = e.Updated, e.Meta.ID
 		}
-		if len(page.Sessions) == limit {
-			page.NextCursor = encodeCursor(lastAt, lastID)
-			break
-		}
-		seen[id] = true
-		page.Sessions = append(page.Sessions, row)
-		lastAt, lastID = e.Updated, id
 	}
 	return page, nil
+}
+
+// indexReaders bounds the control records a listing reads at once.
+const indexReaders = 8
+
+// sessionRead is a control record read for an entry.
+type sessionRead struct {
+	info ledger.SessionInfo
+	err  error
+}
+
+// infos reads the control records of a batch's sessions, indexReaders at
+// a time.
+func (ix *ledgerIndex) infos(ctx context.Context, batch []storage.IndexEntry) ([]sessionRead, error) {
+	out := make([]sessionRead, len(batch))
+	sem := make(chan struct{}, indexReaders)
+	var wg sync.WaitGroup
+	for i, e := range batch {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			out[i].info, out[i].err = ix.lp.led.SessionInfo(ctx, e.Meta.ID)
+		}()
+	}
+	wg.Wait()
+	for _, r := range out {
+		if r.err != nil && !errors.Is(r.err, ledger.ErrUnknownSession) {
+			return nil, storeErr("reading a session's control record", r.err)
+		}
+	}
+	return out, nil
+}
+
+// check decides what an entry lists, given its session's control record:
+// the row, or ok false when the entry lists nothing (its session is gone,
+// or listed at its current entry).
+func (ix *ledgerIndex) check(ctx context.Context, e storage.IndexEntry, read sessionRead) (Session, bool, error) {
+	info := read.info
+	if read.err != nil || info.Deleted { // unknown, or a tombstone
+		ix.drop(e.Key, "")
+		return Session{}, false, nil
+	}
+	if at := updatedOf(info); at.Equal(e.Updated) && e.Meta.Turns == int64(info.CommitSeq) {
+		row := sessionOf(localMeta(e.Meta))
+		row.UpdatedAt = at
+		return row, true, nil
+	}
+	id := e.Meta.ID
+	current, err := ix.sessions.IndexKey(id, updatedOf(info))
+	if err != nil {
+		return Session{}, false, err
+	}
+	if ok, err := ix.sessions.IndexExists(ctx, current); err != nil {
+		return Session{}, false, storeErr("reading the session index", err)
+	} else if ok && current != e.Key {
+		ix.drop(e.Key, "") // the session is listed at its current entry
+		return Session{}, false, nil
+	}
+	// The current entry is missing: list the session here, and write it.
+	row, ok, err := ix.lp.sessionRow(ctx, info)
+	if err != nil || !ok {
+		return Session{}, false, err
+	}
+	ix.note(metaOfRow(row))
+	if current != e.Key {
+		ix.drop(e.Key, id)
+	}
+	return row, true, nil
 }

@@ -391,6 +391,12 @@ func (lp *ledgerPath) list(ctx context.Context, limit int, after *cursor) (Sessi
 	if lp.ix.usable(ctx) {
 		return lp.ix.list(ctx, limit, after)
 	}
+	return lp.listScan(ctx, limit, after)
+}
+
+// listScan is list from every control record: before the index is built,
+// or over a store that cannot list it.
+func (lp *ledgerPath) listScan(ctx context.Context, limit int, after *cursor) (SessionPage, error) {
 	var all []ledger.SessionInfo
 	for s, err := range lp.led.Sessions(ctx) {
 		if err != nil {
