@@ -19,11 +19,12 @@ import (
 // page. Entries are hints, checked against the control record of each
 // session listed:
 //
-//   - After a turn commits, this host writes the session's entry for the
-//     commit's time in the background, off the answer's path, then
-//     deletes the entry it wrote before. A session therefore appears in
-//     listings a moment after its first commit, and its position moves as
-//     it is used.
+//   - A new session's first entry, for its creation time, is written once
+//     its first message is acknowledged and before the answer, so every
+//     host lists it from then on. After each commit, the committing host
+//     writes the session's entry for the commit's time in the background,
+//     off the answer's path, then deletes the entry it wrote before: a
+//     session moves to the top a moment after its turn.
 //   - A listing reads entries from its cursor, newest first, and one
 //     control record per entry. An entry of a deleted or unknown session
 //     is skipped and deleted. An entry whose time is not the session's
@@ -119,14 +120,22 @@ func (ix *ledgerIndex) created(ctx context.Context, meta storage.SessionMeta) {
 		return
 	}
 	ix.mu.Lock()
-	ix.remember(meta.ID, key)
+	if _, committed := ix.last[meta.ID]; committed {
+		// The first turn's entry was written first: this one is stale.
+		ix.drops[key] = ""
+	} else {
+		ix.remember(meta.ID, key)
+	}
 	ix.mu.Unlock()
 }
 
-// note queues an entry to write.
+// note queues an entry to write, unless a newer one of the session is
+// queued.
 func (ix *ledgerIndex) note(meta storage.SessionMeta) {
 	ix.mu.Lock()
-	ix.metas[meta.ID] = meta
+	if q, ok := ix.metas[meta.ID]; !ok || !q.UpdatedAt.After(meta.UpdatedAt) {
+		ix.metas[meta.ID] = meta
+	}
 	ix.mu.Unlock()
 	ix.poke()
 }
