@@ -349,7 +349,7 @@ func (ix *ledgerIndex) list(ctx context.Context, limit int, after *cursor) (Sess
 			if seen[e.Meta.ID] {
 				continue // an older entry of a session listed above
 			}
-			row, ok, err := ix.check(ctx, e, infos[i])
+			row, ok, err := ix.check(ctx, afterKey, e, infos[i])
 			if err != nil {
 				return SessionPage{}, err
 			}
@@ -403,8 +403,8 @@ func (ix *ledgerIndex) infos(ctx context.Context, batch []storage.IndexEntry) ([
 
 // check decides what an entry lists, given its session's control record:
 // the row, or ok false when the entry lists nothing (its session is gone,
-// or listed at its current entry).
-func (ix *ledgerIndex) check(ctx context.Context, e storage.IndexEntry, read sessionRead) (Session, bool, error) {
+// or listed at its current entry). afterKey is the listing's cursor.
+func (ix *ledgerIndex) check(ctx context.Context, afterKey string, e storage.IndexEntry, read sessionRead) (Session, bool, error) {
 	info := read.info
 	if read.err != nil || info.Deleted { // unknown, or a tombstone
 		ix.drop(e.Key, "")
@@ -420,20 +420,31 @@ func (ix *ledgerIndex) check(ctx context.Context, e storage.IndexEntry, read ses
 	if err != nil {
 		return Session{}, false, err
 	}
-	if ok, err := ix.sessions.IndexExists(ctx, current); err != nil {
+	exists, err := ix.sessions.IndexExists(ctx, current)
+	if err != nil {
 		return Session{}, false, storeErr("reading the session index", err)
-	} else if ok && current != e.Key {
-		ix.drop(e.Key, "") // the session is listed at its current entry
-		return Session{}, false, nil
 	}
-	// The current entry is missing: list the session here, and write it.
+	if exists && current != e.Key {
+		ix.drop(e.Key, "")
+		if current > e.Key || current <= afterKey {
+			// The listing reaches the current entry further on, or an
+			// earlier page had it.
+			return Session{}, false, nil
+		}
+		// The current entry sorts between the cursor and here, and this
+		// listing did not see it: it was written after the listing began.
+		// The session is listed here instead.
+	}
 	row, ok, err := ix.lp.sessionRow(ctx, info)
 	if err != nil || !ok {
 		return Session{}, false, err
 	}
-	ix.note(metaOfRow(row))
-	if current != e.Key {
-		ix.drop(e.Key, id)
+	if !exists {
+		// The current entry is missing: write it.
+		ix.note(metaOfRow(row))
+		if current != e.Key {
+			ix.drop(e.Key, id)
+		}
 	}
 	return row, true, nil
 }

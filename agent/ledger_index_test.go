@@ -2,6 +2,7 @@ package agent_test
 
 import (
 	"context"
+	"iter"
 	"strings"
 	"sync"
 	"testing"
@@ -273,5 +274,68 @@ func TestLedgerIndexIsBuiltForEarlierSessions(t *testing.T) {
 	}
 	if got := listAll(t, b, 2); len(got) != 5 {
 		t.Errorf("from the index: %d of 5 sessions listed", len(got))
+	}
+}
+
+// TestLedgerListingBegunBeforeAnEntryWasWrittenStillListsTheSession: a
+// listing reads a stale entry of a session whose current entry was
+// written after the listing began, between its cursor and that stale
+// entry: the listing cannot see the current entry, so it lists the
+// session at the stale one instead of skipping it.
+func TestLedgerListingBegunBeforeAnEntryWasWrittenStillListsTheSession(t *testing.T) {
+	inner := memkv.NewStore()
+	var mu sync.Mutex
+	var hook func()
+	f := kv.Funcs{
+		Put: inner.Put, Get: inner.Get, Delete: inner.Delete, List: inner.List,
+		ListKeysAfter: inner.ListKeysAfter,
+		ListAfter: func(ctx context.Context, prefix, after string) iter.Seq2[kv.Entry, error] {
+			return func(yield func(kv.Entry, error) bool) {
+				for e, err := range inner.ListAfter(ctx, prefix, after) {
+					mu.Lock()
+					h := hook
+					hook = nil
+					mu.Unlock()
+					if h != nil && prefix == indexPrefix {
+						h() // written after the listing read the index
+					}
+					if !yield(e, err) {
+						return
+					}
+				}
+			}
+		},
+		CAS:          kv.CASFuncsOf(inner),
+		ProcessLocal: true, // a memory store, as the CAS group says
+	}
+	base, err := kv.New("hooked", f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := ledgerHost(t, base, echoModel(t), func(c *agent.Config) { c.Ledger.AllowProcessLocal = true })
+	if err := agent.BuildLedgerIndex(a); err != nil {
+		t.Fatal(err)
+	}
+	first := start(t, a, "one")
+	settle(t, base, 1, a)
+	stale := indexEntries(t, base)[0]
+	staleValue, _ := base.Get(context.Background(), stale)
+	if _, err := a.Continue(context.Background(), agent.ContinueRequest{Token: first.ContinuationToken, Message: "two"}); err != nil {
+		t.Fatal(err)
+	}
+	settle(t, base, 1, a)
+	current := indexEntries(t, base)[0]
+	currentValue, _ := base.Get(context.Background(), current)
+	base.Delete(context.Background(), current)
+	base.Put(context.Background(), stale, staleValue)
+	mu.Lock()
+	hook = func() { base.Put(context.Background(), current, currentValue) }
+	mu.Unlock()
+	page, err := a.ListSessions(context.Background(), 10, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(page.Sessions) != 1 || page.Sessions[0].Turns != 2 {
+		t.Errorf("a listing begun before the current entry was written: %+v; want the session, with its 2 turns", page.Sessions)
 	}
 }
