@@ -337,9 +337,11 @@ func (ix *ledgerIndex) list(ctx context.Context, limit int, after *cursor) (Sess
 				}
 				return SessionPage{}, storeErr("listing the session index", err)
 			}
-			if !seen[e.Meta.ID] {
-				batch = append(batch, e)
+			if seen[e.Meta.ID] {
+				ix.drop(e.Key, "") // an older entry of a session listed above
+				continue
 			}
+			batch = append(batch, e)
 		}
 		infos, err := ix.infos(ctx, batch)
 		if err != nil {
@@ -347,7 +349,8 @@ func (ix *ledgerIndex) list(ctx context.Context, limit int, after *cursor) (Sess
 		}
 		for i, e := range batch {
 			if seen[e.Meta.ID] {
-				continue // an older entry of a session listed above
+				ix.drop(e.Key, "") // an older entry of a session listed above
+				continue
 			}
 			row, ok, err := ix.check(ctx, afterKey, e, infos[i])
 			if err != nil {
