@@ -89,7 +89,7 @@ func TestALargeEvalRunKeepsItsCasesInPages(t *testing.T) {
 		t.Errorf("a small run is stored as %.60s…; want one record of format 1", raw)
 	}
 
-	doc := bigRun(2000, 600, nil) // about 1.3 MB: over NATS's value limit
+	doc := bigRun(1000, 600, nil) // about 680 KB
 	if err := a.Evals().Put(ctx, "r1", doc); err != nil {
 		t.Fatal(err)
 	}
@@ -102,7 +102,7 @@ func TestALargeEvalRunKeepsItsCasesInPages(t *testing.T) {
 		t.Errorf("the run record is %d bytes, %.40s…: want a small format 2 record without the cases", len(head), head)
 	}
 	if len(pages) < 5 {
-		t.Errorf("%d case pages for 2,000 cases of 600 bytes", len(pages))
+		t.Errorf("%d case pages for 1,000 cases of 600 bytes", len(pages))
 	}
 	for _, pk := range pages {
 		if v, _ := db.Get(ctx, pk); len(v) > 256<<10 {
@@ -114,7 +114,7 @@ func TestALargeEvalRunKeepsItsCasesInPages(t *testing.T) {
 	}
 
 	// One case changes: one page is replaced, the others stay.
-	doc2 := bigRun(2000, 600, map[int]string{1500: "changed "})
+	doc2 := bigRun(1000, 600, map[int]string{700: "changed "})
 	if err := a.Evals().Put(ctx, "r1", doc2); err != nil {
 		t.Fatal(err)
 	}
@@ -144,7 +144,7 @@ func TestALargeEvalRunKeepsItsCasesInPages(t *testing.T) {
 		Status string            `json:"status"`
 		Cases  []json.RawMessage `json:"cases"`
 	}
-	if err := json.Unmarshal(listRun(t, a, "r1"), &m); err != nil || m.Status != "interrupted" || len(m.Cases) != 2000 {
+	if err := json.Unmarshal(listRun(t, a, "r1"), &m); err != nil || m.Status != "interrupted" || len(m.Cases) != 1000 {
 		t.Errorf("after Update: status %q, %d cases, %v", m.Status, len(m.Cases), err)
 	}
 
@@ -225,8 +225,8 @@ func TestRacingWritersOfAPagedRunLeaveNoPageBehind(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for i := range 8 {
-				doc := bigRun(700, 600, map[int]string{(h*8 + i) * 7 % 700: fmt.Sprintf("h%d-%d ", h, i)})
+			for i := range 6 {
+				doc := bigRun(450, 600, map[int]string{(h*6 + i) * 7 % 450: fmt.Sprintf("h%d-%d ", h, i)})
 				if err := a.Evals().Put(ctx, "r1", doc); err != nil {
 					t.Errorf("host %d write %d: %v", h, i, err)
 					return
@@ -332,7 +332,7 @@ func TestALosingWriterDeletesNoPageTheWinnerNames(t *testing.T) {
 	}
 }
 
-// TestALargeEvalRunOverNATS: a run of 3 MB (NATS takes values up to
+// TestALargeEvalRunOverNATS: a run of 1.3 MB (NATS takes values up to
 // 1 MiB) is stored in pages, read back whole by another host, updated and
 // deleted with its pages.
 func TestALargeEvalRunOverNATS(t *testing.T) {
@@ -347,20 +347,20 @@ func TestALargeEvalRunOverNATS(t *testing.T) {
 		return agent(t, define(t, storage.Config{Backend: db}), "support")
 	}
 	a, b := open(), open()
-	doc := bigRun(5000, 600, nil)
+	doc := bigRun(2000, 600, nil)
 	if err := a.Evals().Put(ctx, "r1", doc); err != nil {
-		t.Fatalf("a 3 MB run over NATS: %v", err)
+		t.Fatalf("a 1.3 MB run over NATS: %v", err)
 	}
 	if got := listRun(t, b, "r1"); !sameJSON(t, got, doc) {
 		t.Fatal("another host does not read the run back whole")
 	}
 	err := b.Evals().Update(ctx, "r1", func(old json.RawMessage) (json.RawMessage, error) {
-		return bigRun(5000, 600, map[int]string{4999: "done "}), nil
+		return bigRun(2000, 600, map[int]string{1999: "done "}), nil
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := listRun(t, a, "r1"); !sameJSON(t, got, bigRun(5000, 600, map[int]string{4999: "done "})) {
+	if got := listRun(t, a, "r1"); !sameJSON(t, got, bigRun(2000, 600, map[int]string{1999: "done "})) {
 		t.Fatal("the updated run does not read back")
 	}
 	if err := a.Evals().Delete(ctx, "r1"); err != nil {
