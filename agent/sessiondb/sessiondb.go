@@ -304,18 +304,24 @@ type Cursor struct {
 	ID        string
 }
 
+// The session listing's queries. The cursor is a row value, so that
+// SQLite seeks sessions_by_updated to it: an OR of its two conditions
+// (updated_at < u OR updated_at = u AND id < i) scans every session, and a
+// page from a cursor took 267 ms instead of 0.1 ms at 1,000,000 sessions.
+const (
+	listFirst = `SELECT ` + metaCols + ` FROM sessions ORDER BY updated_at DESC, id DESC LIMIT ?`
+	listAfter = `SELECT ` + metaCols + ` FROM sessions WHERE (updated_at, id) < (?, ?) ORDER BY updated_at DESC, id DESC LIMIT ?`
+)
+
 // List returns up to limit sessions, newest first by UpdatedAt (ties by id,
 // descending), starting after the cursor (nil: from the newest).
 func (d *DB) List(ctx context.Context, limit int, after *Cursor) ([]Meta, error) {
 	var rows *sql.Rows
 	var err error
 	if after == nil {
-		rows, err = d.query(ctx, `SELECT `+metaCols+` FROM sessions ORDER BY updated_at DESC, id DESC LIMIT ?`, limit)
+		rows, err = d.query(ctx, listFirst, limit)
 	} else {
-		u := after.UpdatedAt.UnixNano()
-		rows, err = d.query(ctx, `SELECT `+metaCols+` FROM sessions
-			WHERE updated_at < ? OR (updated_at = ? AND id < ?)
-			ORDER BY updated_at DESC, id DESC LIMIT ?`, u, u, after.ID, limit)
+		rows, err = d.query(ctx, listAfter, after.UpdatedAt.UnixNano(), after.ID, limit)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("sessiondb: listing sessions: %w", err)
