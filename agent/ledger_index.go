@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"errors"
+	"fmt"
 	"iter"
 	"sync"
 	"sync/atomic"
@@ -26,19 +27,22 @@ import (
 //     off the answer's path, then deletes the entry it wrote before: a
 //     session moves to the top a moment after its turn.
 //   - A listing reads entries from its cursor, newest first, and one
-//     control record per entry. An entry of a deleted or unknown session
-//     is skipped and deleted. An entry whose time is not the session's
-//     (left by a host that crashed, or that another host replaced) is
-//     skipped when the session's current entry exists, and otherwise
-//     listed where it is, the session's current entry written and the old
-//     one deleted.
+//     control record per entry. An entry of a deleted session is skipped
+//     and deleted; one of a session without a control record (serving
+//     mode local's, not adopted yet) is skipped and kept. An entry whose
+//     time is not the session's (left by a host that crashed, or that
+//     another host replaced) is skipped when the session's current entry
+//     exists further on or before the cursor, and otherwise listed where
+//     it is, the session's current entry written (when missing) and the
+//     old one deleted.
 //   - A current entry whose write was lost (a host killed after the
 //     commit) is written by the ledger's janitor: it sweeps every idle
 //     session that committed turns since its last sweep (at most every
 //     SweepEvery), and its Swept hook writes the entry when it is missing.
 //   - Sessions committed before the index existed are written by a
-//     one-time build (migrations/ledger-session-index), which any host
-//     runs at start; until its marker exists, listings read every control
+//     one-time build (migrations/ledger-session-index), which every host
+//     runs at start until the marker exists (a failed build is tried again
+//     every indexBuildRetry); until then, listings read every control
 //     record, as before.
 //
 // The index needs a store with List and Get; without them, listings read
@@ -63,6 +67,8 @@ const (
 	indexLastKeys = 10000           // sessions whose last entry key this host remembers
 	// indexWriteTimeout bounds the one entry write made before an answer.
 	indexWriteTimeout = 2 * time.Second
+	// indexBuildRetry is the pause between attempts at a failed build.
+	indexBuildRetry = time.Minute
 )
 
 // newLedgerIndex returns the index of the agent's store, nil when the
@@ -153,6 +159,12 @@ func (ix *ledgerIndex) drop(key, id string) {
 // queues the one before it for deletion. The caller holds ix.mu.
 func (ix *ledgerIndex) remember(id, key string) {
 	if prev := ix.last[id]; prev != "" && prev != key {
+		if prev < key {
+			// The entry just written is older than the one before it (an
+			// entry noted from an older read): it is the stale one.
+			ix.drops[key] = id
+			return
+		}
 		ix.drops[prev] = id
 	}
 	if _, ok := ix.last[id]; !ok && len(ix.last) >= indexLastKeys {
@@ -178,8 +190,10 @@ func (ix *ledgerIndex) run(ctx context.Context) {
 	}
 	tick := time.NewTicker(indexRetry)
 	defer tick.Stop()
+	var lastBuild time.Time
 	for {
-		if !ix.ready.Load() {
+		if !ix.ready.Load() && time.Since(lastBuild) >= indexBuildRetry {
+			lastBuild = time.Now()
 			if err := ix.build(ctx); err != nil && ctx.Err() == nil {
 				ix.lp.r.log.Warn("agent: building the session index failed; listings read every session until it is built, and the build is tried again", "error", err)
 			}
@@ -220,8 +234,15 @@ func (ix *ledgerIndex) flush(ctx context.Context) {
 	}
 	ix.mu.Lock()
 	drops := map[string]string{}
+	current := map[string]bool{}
+	for _, key := range ix.last {
+		current[key] = true
+	}
 	for key, id := range ix.drops {
-		if _, waiting := ix.metas[id]; !waiting || id == "" {
+		switch _, waiting := ix.metas[id]; {
+		case current[key]:
+			delete(ix.drops, key) // the entry this host wrote last for its session: kept
+		case !waiting || id == "":
 			drops[key] = id // never the last entry of a session whose new one is not written
 			delete(ix.drops, key)
 		}
@@ -244,18 +265,28 @@ func (ix *ledgerIndex) build(ctx context.Context) error {
 		ix.ready.Store(done)
 		return err
 	}
-	n := 0
+	n, failed := 0, 0
 	for s, err := range ix.lp.led.Sessions(ctx) {
 		if err != nil {
 			return err
 		}
 		wrote, err := ix.ensure(ctx, s)
 		if err != nil {
-			return err
+			if ctx.Err() != nil {
+				return err
+			}
+			// The others are still indexed; the build ends without its
+			// marker and is tried again.
+			ix.lp.r.logger(s.ID).Warn("agent: indexing a session failed", "error", err)
+			failed++
+			continue
 		}
 		if wrote {
 			n++
 		}
+	}
+	if failed > 0 {
+		return fmt.Errorf("%d sessions could not be indexed; the build is tried again in %s", failed, indexBuildRetry)
 	}
 	if err := ix.sessions.MarkMigrated(ctx, storage.MigrationLedgerSessionIndex, ix.lp.r.hostID, n); err != nil {
 		return err
@@ -338,8 +369,7 @@ func (ix *ledgerIndex) list(ctx context.Context, limit int, after *cursor) (Sess
 				return SessionPage{}, storeErr("listing the session index", err)
 			}
 			if seen[e.Meta.ID] {
-				ix.drop(e.Key, "") // an older entry of a session listed above
-				continue
+				continue // another entry of a session listed above: left to a later check
 			}
 			batch = append(batch, e)
 		}
@@ -349,7 +379,6 @@ func (ix *ledgerIndex) list(ctx context.Context, limit int, after *cursor) (Sess
 		}
 		for i, e := range batch {
 			if seen[e.Meta.ID] {
-				ix.drop(e.Key, "") // an older entry of a session listed above
 				continue
 			}
 			row, ok, err := ix.check(ctx, afterKey, e, infos[i])
@@ -409,7 +438,16 @@ func (ix *ledgerIndex) infos(ctx context.Context, batch []storage.IndexEntry) ([
 // or listed at its current entry). afterKey is the listing's cursor.
 func (ix *ledgerIndex) check(ctx context.Context, afterKey string, e storage.IndexEntry, read sessionRead) (Session, bool, error) {
 	info := read.info
-	if read.err != nil || info.Deleted { // unknown, or a tombstone
+	if read.err != nil {
+		// No control record: a session of serving mode local not adopted
+		// yet (its entry is local mode's, which restores from it), or one
+		// whose record is gone. Skipped, not deleted.
+		return Session{}, false, nil
+	}
+	if info.Deleted {
+		ix.mu.Lock()
+		delete(ix.last, e.Meta.ID) // nothing of the session is kept
+		ix.mu.Unlock()
 		ix.drop(e.Key, "")
 		return Session{}, false, nil
 	}

@@ -119,6 +119,13 @@ func (lp *ledgerPath) stop() {
 	if err := lp.led.Close(ctx); err != nil {
 		lp.r.log.Warn("agent: closing the ledger", "error", err)
 	}
+	if lp.ix != nil {
+		// The entries of the turns that committed while closing, and the
+		// writes still queued; what fails is repaired by later listings.
+		fctx, fcancel := context.WithTimeout(context.Background(), indexWriteTimeout)
+		defer fcancel()
+		lp.ix.flush(fctx)
+	}
 }
 
 // close implements commitPath: the followers have stopped.

@@ -331,25 +331,34 @@ func (d derivedEvals) DeleteRun(ctx context.Context, agent, runID string) error 
 	if err != nil {
 		return err
 	}
+	if !d.db.Capabilities().CAS {
+		return d.db.Delete(ctx, key) // no run of this store has pages
+	}
+	// Only the pages the deleted record named go: a write racing the
+	// deletion may already have put the pages of a new record of the run,
+	// which stays whole. Pages no record names (a write whose outcome was
+	// unknown) stay behind.
+	var named []evalPageRef
+	data, _, err := d.db.GetWithVersion(ctx, key)
+	switch {
+	case errors.Is(err, kv.ErrNotFound):
+	case err != nil:
+		return err
+	default:
+		var rec evalRecord
+		if _, err := record.Unmarshal(KindEvalRun, key, data, &rec); err == nil {
+			named = rec.Pages
+		}
+	}
 	if err := d.db.Delete(ctx, key); err != nil {
 		return err
 	}
-	if !d.db.Capabilities().CAS {
-		return nil // no run of this store has pages
-	}
 	k, _ := keys.Agent(agent)
-	prefix, err := k.EvalCasesPrefix(runID)
-	if err != nil {
-		return fmt.Errorf("storage: %w", err)
-	}
-	var pages []string
-	for pk, err := range d.db.ListKeys(ctx, prefix) {
+	for _, p := range unusedPages(named, nil) {
+		pk, err := k.EvalCasePage(runID, p.ID)
 		if err != nil {
-			return fmt.Errorf("storage: the eval run %q is deleted, but listing its case pages failed: %w", runID, err)
+			return fmt.Errorf("storage: %w", err)
 		}
-		pages = append(pages, pk)
-	}
-	for _, pk := range pages {
 		if err := d.db.Delete(ctx, pk); err != nil {
 			return fmt.Errorf("storage: the eval run %q is deleted, but deleting its case pages failed: %w", runID, err)
 		}

@@ -372,3 +372,45 @@ func TestALargeEvalRunOverNATS(t *testing.T) {
 		t.Errorf("deleting the run left %d keys: %q", len(left), left[:min(3, len(left))])
 	}
 }
+
+// TestDeletingARunSparesTheNextWritesPages: a write of the run that lands
+// while the run is being deleted (its record created again, with pages of
+// its own) keeps every page its record names.
+func TestDeletingARunSparesTheNextWritesPages(t *testing.T) {
+	store := memkv.NewStore()
+	var hook func()
+	f := kv.Funcs{
+		Put: store.Put, Get: store.Get, List: store.List,
+		Delete: func(ctx context.Context, key string) error {
+			err := store.Delete(ctx, key)
+			if h := hook; h != nil && strings.HasSuffix(key, "/eval-runs/r1") {
+				hook = nil
+				h() // another host writes the run again, just after the record went
+			}
+			return err
+		},
+		CAS: kv.CASFuncsOf(store),
+	}
+	db, err := kv.New("hooked", f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := agent(t, define(t, storage.Config{Backend: db}), "support")
+	b := agent(t, define(t, storage.Config{Backend: db}), "support")
+	ctx := context.Background()
+	if err := a.Evals().Put(ctx, "r1", bigRun(1000, 600, nil)); err != nil {
+		t.Fatal(err)
+	}
+	again := bigRun(1000, 600, map[int]string{0: "again "})
+	hook = func() {
+		if err := b.Evals().Put(ctx, "r1", again); err != nil {
+			t.Errorf("the write racing the deletion: %v", err)
+		}
+	}
+	if err := a.Evals().Delete(ctx, "r1"); err != nil {
+		t.Fatal(err)
+	}
+	if got := listRun(t, a, "r1"); !sameJSON(t, got, again) {
+		t.Errorf("the run written during its deletion reads back as %d bytes, not whole", len(got))
+	}
+}
