@@ -425,8 +425,13 @@ func (ix *ledgerIndex) infos(ctx context.Context, batch []storage.IndexEntry) ([
 		}()
 	}
 	wg.Wait()
-	for _, r := range out {
-		if r.err != nil && !errors.Is(r.err, ledger.ErrUnknownSession) {
+	for i, r := range out {
+		switch {
+		case r.err == nil, errors.Is(r.err, ledger.ErrUnknownSession):
+		case errors.Is(r.err, ledger.ErrFormat):
+			// Skipped, as the listing from the control records skips it.
+			ix.lp.r.logger(batch[i].Meta.ID).Warn("agent: listing skips a session whose control record this build cannot read", "error", r.err)
+		default:
 			return nil, storeErr("reading a session's control record", r.err)
 		}
 	}
@@ -439,9 +444,9 @@ func (ix *ledgerIndex) infos(ctx context.Context, batch []storage.IndexEntry) ([
 func (ix *ledgerIndex) check(ctx context.Context, afterKey string, e storage.IndexEntry, read sessionRead) (Session, bool, error) {
 	info := read.info
 	if read.err != nil {
-		// No control record: a session of serving mode local not adopted
-		// yet (its entry is local mode's, which restores from it), or one
-		// whose record is gone. Skipped, not deleted.
+		// No control record (a session of serving mode local not adopted
+		// yet: its entry is local mode's, which restores from it), or one
+		// this build cannot read. Skipped, not deleted.
 		return Session{}, false, nil
 	}
 	if info.Deleted {

@@ -339,3 +339,24 @@ func TestLedgerListingBegunBeforeAnEntryWasWrittenStillListsTheSession(t *testin
 		t.Errorf("a listing begun before the current entry was written: %+v; want the session, with its 2 turns", page.Sessions)
 	}
 }
+
+// TestLedgerListingSkipsAnUnreadableControlRecord: a session whose control
+// record this build cannot read (a newer format) is left out of the page,
+// as the listing from every control record leaves it out, and the other
+// sessions are listed.
+func TestLedgerListingSkipsAnUnreadableControlRecord(t *testing.T) {
+	base := memkv.New()
+	a := ledgerHost(t, base, echoModel(t), nil)
+	if err := agent.BuildLedgerIndex(a); err != nil {
+		t.Fatal(err)
+	}
+	one, two := start(t, a, "one"), start(t, a, "two")
+	settle(t, base, 2, a)
+	if err := base.Put(context.Background(), "agentkit/v1/ledger-agent/durable-session/ctl/"+one.SessionID, []byte(`{"v":99}`)); err != nil {
+		t.Fatal(err)
+	}
+	page, err := a.ListSessions(context.Background(), 10, "")
+	if err != nil || len(page.Sessions) != 1 || page.Sessions[0].ID != two.SessionID {
+		t.Errorf("with one unreadable control record: %+v, %v; want the other session", page.Sessions, err)
+	}
+}
