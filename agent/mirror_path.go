@@ -271,27 +271,17 @@ func (mr *storeMirror) follow(id string) func() {
 		}
 		ctx, cancel := context.WithCancel(r.bg)
 		mr.follows[id] = cancel
-		mr.followWG.Add(1)
-		go func() {
-			defer mr.followWG.Done()
-			tick := time.NewTicker(followInterval)
-			defer tick.Stop()
-			for {
-				select {
-				case <-ctx.Done():
-					return
-				case <-tick.C:
-				}
-				if st, release, ok := r.tryLockSession(id); ok {
-					_, _, err := mr.syncHead(ctx, st, id, readHeadTimeout)
-					release()
-					if errors.Is(err, ErrSessionNotFound) {
-						r.closeSubscribers(id)
-						return
-					}
+		tickUntil(ctx, &mr.followWG, followInterval, func() bool {
+			if st, release, ok := r.tryLockSession(id); ok {
+				_, _, err := mr.syncHead(ctx, st, id, readHeadTimeout)
+				release()
+				if errors.Is(err, ErrSessionNotFound) {
+					r.closeSubscribers(id)
+					return false
 				}
 			}
-		}()
+			return true
+		})
 	}
 }
 

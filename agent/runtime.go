@@ -244,9 +244,15 @@ func (r *Runtime) sweepConversations(ctx context.Context) {
 
 // every runs fn every d, in the background, until ctx ends.
 func (r *Runtime) every(ctx context.Context, d time.Duration, fn func()) {
-	r.bgWG.Add(1)
+	tickUntil(ctx, &r.bgWG, d, func() bool { fn(); return true })
+}
+
+// tickUntil runs fn every d in a goroutine counted by wg, until ctx ends
+// or fn returns false.
+func tickUntil(ctx context.Context, wg *sync.WaitGroup, d time.Duration, fn func() bool) {
+	wg.Add(1)
 	go func() {
-		defer r.bgWG.Done()
+		defer wg.Done()
 		tick := time.NewTicker(d)
 		defer tick.Stop()
 		for {
@@ -254,7 +260,9 @@ func (r *Runtime) every(ctx context.Context, d time.Duration, fn func()) {
 			case <-ctx.Done():
 				return
 			case <-tick.C:
-				fn()
+				if !fn() {
+					return
+				}
 			}
 		}
 	}()
