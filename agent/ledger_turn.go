@@ -97,12 +97,12 @@ func (lc *ledgerCommit) commit(ctx context.Context, t *turn) error {
 	if err != nil {
 		return err
 	}
-	if _, err := lc.lp.cacheTurns(context.WithoutCancel(ctx), id, []ledger.Committed{c}); err != nil {
+	if cached, err := lc.lp.cacheTurns(context.WithoutCancel(ctx), id, []ledger.Committed{c}); err != nil {
 		r.logger(id).Warn("agent: writing a committed turn to the local copy failed; the next read fetches it again", "error", err)
 		r.convs.drop(id)
 		t.conv = nil
-	} else if m, err := r.db.Get(context.WithoutCancel(ctx), id); err == nil {
-		lc.lp.ix.committed(m, c.At) // the listing's entry, in the background
+	} else {
+		lc.lp.ix.committed(cached, c.At) // the listing's entry, in the background
 	}
 	t.pending, t.recs = nil, nil
 	return nil
